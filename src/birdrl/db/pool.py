@@ -1,0 +1,599 @@
+"""ReplicaPool: trajectory-scoped persistent execution over pre-allocated database replicas.
+
+Every trajectory leases one replica of its database for its whole life: all calls with the
+same ``traj_id`` (every turn, every tool, the final scoring) reach the same replica, so its
+side effects persist inside the trajectory and never leak into another. Replicas are
+partitioned across ``W`` workers (the worker id is always passed in), released late (on
+submit, explicit release, or TTL expiry), marked ``need_reset`` only when their file really
+changed, and restored from the template lazily, just before they are lent again.
+
+Layout on disk::
+
+    {root}/w{worker:03d}/.lock                      flock held by the owning process
+    {root}/w{worker:03d}/{db_id}/r{k:03d}.sqlite     replica k
+    {root}/w{worker:03d}/{db_id}/r{k:03d}.sqlite.state.json   post-restore signature
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from birdrl.db.errors import (
+    AcquireTimeout,
+    LeaseClosedError,
+    PoolConfigError,
+    PoolError,
+    PoolLockedError,
+    RestoreError,
+    UnknownDatabaseError,
+    UnknownTrajectoryError,
+)
+from birdrl.db.iostats import IOStats
+from birdrl.db.replica import Replica, Template
+from birdrl.db.restore import CopyRestore, RestoreStrategy, get_strategy
+from birdrl.db.sandbox import ExecResult, Sandbox, SandboxLimits
+
+__all__ = ["Lease", "PoolConfig", "ReplicaPool"]
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How a `ReplicaPool` is laid out and behaves."""
+
+    root: Path
+    """Directory that holds the replicas (created if missing)."""
+    replicas_per_db: int | Mapping[str, int] = 4
+    """Replicas of each database per worker partition (or a per-db_id mapping). Size it to the
+    number of trajectories one worker runs at once on one database."""
+    workers: int = 1
+    """Number of worker partitions W; a trajectory only ever gets a replica of its worker."""
+    worker_ids: tuple[int, ...] | None = None
+    """Partitions this process owns (None: all W). Each is locked against other processes."""
+    restore: str = "page"
+    """Restore strategy: ``page`` (rewrite differing pages) or ``copy`` (whole file)."""
+    reset: Literal["dirty", "always"] = "dirty"
+    """``dirty``: restore only replicas whose file changed. ``always``: restore every used
+    replica (the reference implementation's behaviour, kept for comparison)."""
+    lease_ttl_s: float | None = 3600.0
+    """A lease unused for this long expires: it is reclaimed and its replica marked dirty."""
+    acquire_timeout_s: float = 300.0
+    """Default wait for a free replica before `AcquireTimeout`."""
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    """Limits for the SQL run through leases."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise PoolConfigError(f"workers must be >= 1, got {self.workers}")
+        counts = (
+            self.replicas_per_db.values()
+            if isinstance(self.replicas_per_db, Mapping)
+            else [self.replicas_per_db]
+        )
+        for n in counts:
+            if not isinstance(n, int) or n < 1:
+                raise PoolConfigError(f"replicas_per_db must be a positive integer, got {n!r}")
+        for w in self.worker_ids or ():
+            if not 0 <= w < self.workers:
+                raise PoolConfigError(f"worker id {w} is outside 0..{self.workers - 1}")
+        if self.reset not in ("dirty", "always"):
+            raise PoolConfigError(f"reset must be 'dirty' or 'always', got {self.reset!r}")
+        if self.lease_ttl_s is not None and self.lease_ttl_s <= 0:
+            raise PoolConfigError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s}")
+        get_strategy(self.restore)  # fail early on an unknown name
+
+    def replicas_for(self, db_id: str) -> int:
+        if isinstance(self.replicas_per_db, Mapping):
+            return self.replicas_per_db.get(db_id, 0) or 0
+        return self.replicas_per_db
+
+
+class Lease:
+    """A trajectory's hold on one replica. Obtain it from `ReplicaPool.acquire`."""
+
+    def __init__(self, pool: ReplicaPool, traj_id: str, replica: Replica, ttl_s: float | None) -> None:
+        self._pool = pool
+        self.traj_id = traj_id
+        self.replica = replica
+        self.acquired_at = time.monotonic()
+        self._ttl = ttl_s
+        self.expires_at = float("inf") if ttl_s is None else self.acquired_at + ttl_s
+        self._sandbox: Sandbox | None = None
+        self._ready = False
+        self._closed = False
+        self._close_reason = ""
+
+    @property
+    def db_id(self) -> str:
+        return self.replica.db_id
+
+    @property
+    def worker_id(self) -> int:
+        return self.replica.worker_id
+
+    @property
+    def path(self) -> Path:
+        """The replica file: hand it to trusted code (e.g. test cases) of this trajectory only."""
+        return self.replica.path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"Lease(traj_id={self.traj_id!r}, db_id={self.db_id!r}, worker={self.worker_id}, {state})"
+
+    def touch(self) -> None:
+        """Extend the TTL from now (every `execute` does this)."""
+        if self._ttl is not None:
+            self.expires_at = time.monotonic() + self._ttl
+
+    def execute(self, sql: str) -> ExecResult:
+        """Run untrusted SQL on this trajectory's replica (guarded; errors are in the result)."""
+        self._check_usable()
+        self.touch()
+        assert self._sandbox is not None
+        result = self._sandbox.execute(sql)
+        if self._closed:
+            raise LeaseClosedError(self._closed_message())
+        return result
+
+    async def execute_async(self, sql: str) -> ExecResult:
+        """`execute` in a worker thread, for asyncio callers."""
+        return await asyncio.to_thread(self.execute, sql)
+
+    def release(self) -> bool:
+        """Give the replica back (same as `ReplicaPool.release(traj_id)`)."""
+        return self._pool.release(self.traj_id)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _check_usable(self) -> None:
+        if not self._closed and time.monotonic() > self.expires_at:
+            self._pool._expire(self)
+        if self._closed:
+            raise LeaseClosedError(self._closed_message())
+
+    def _closed_message(self) -> str:
+        return f"lease of trajectory {self.traj_id!r} on {self.db_id!r} is {self._close_reason or 'closed'}"
+
+
+class ReplicaPool:
+    """Pre-allocated replicas per db_id and worker, leased by trajectory id.
+
+    Thread-safe. Use as a context manager, or call `close()`.
+    """
+
+    def __init__(
+        self,
+        templates: Mapping[str, str | Path],
+        config: PoolConfig,
+        *,
+        stats: IOStats | None = None,
+    ) -> None:
+        if not templates:
+            raise PoolConfigError("a pool needs at least one template database")
+        self.config = config
+        self.stats = stats if stats is not None else IOStats()
+        self.templates = {db_id: Template.open(db_id, p) for db_id, p in templates.items()}
+        if isinstance(config.replicas_per_db, Mapping):
+            missing = sorted(set(self.templates) - set(config.replicas_per_db))
+            if missing:
+                raise PoolConfigError(f"replicas_per_db has no count for db_id(s): {', '.join(missing)}")
+        self._strategy: RestoreStrategy = get_strategy(config.restore)
+        self.worker_ids = tuple(config.worker_ids if config.worker_ids is not None else range(config.workers))
+        if not self.worker_ids:
+            raise PoolConfigError("worker_ids is empty: this pool would own no partition")
+        self.root = Path(config.root).expanduser().resolve()
+        self._cond = threading.Condition()
+        self._leases: dict[str, Lease] = {}
+        self._partitions: dict[tuple[int, str], list[Replica]] = {}
+        self._lock_files: list[IO[str]] = []
+        self._closed = False
+        try:
+            self._open_partitions()
+        except BaseException:
+            self._unlock()
+            raise
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _open_partitions(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PoolConfigError(f"cannot create pool directory {self.root}: {exc}") from exc
+        for wid in self.worker_ids:
+            self._lock_partition(wid)
+        todo: list[Replica] = []
+        for wid in self.worker_ids:
+            for db_id, template in self.templates.items():
+                part = self._partitions[(wid, db_id)] = []
+                for k in range(self.config.replicas_for(db_id)):
+                    path = self.root / f"w{wid:03d}" / db_id / f"r{k:03d}.sqlite"
+                    replica = Replica(template, path, worker_id=wid, index=k)
+                    part.append(replica)
+                    if path.exists():
+                        replica.need_reset = not replica.recover()
+                    else:
+                        todo.append(replica)
+        self._check_disk(todo)
+        provision = CopyRestore()
+        for replica in todo:
+            try:
+                replica.path.parent.mkdir(parents=True, exist_ok=True)
+                replica.restore(provision, self.stats, category="provision")
+            except OSError as exc:
+                raise PoolConfigError(f"cannot create replica {replica.path}: {exc}") from exc
+            replica.need_reset = False
+
+    def _lock_partition(self, wid: int) -> None:
+        wdir = self.root / f"w{wid:03d}"
+        try:
+            wdir.mkdir(parents=True, exist_ok=True)
+            f = open(wdir / ".lock", "a+")  # noqa: SIM115 - held until close()
+        except OSError as exc:
+            raise PoolConfigError(f"cannot use pool directory {wdir}: {exc}") from exc
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "unknown"
+            f.close()
+            raise PoolLockedError(
+                f"worker partition {wid} of pool {self.root} is in use by another process (pid {owner})"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._lock_files.append(f)
+
+    def _check_disk(self, todo: list[Replica]) -> None:
+        need = sum(r.template.size for r in todo)
+        if not need:
+            return
+        free = shutil.disk_usage(self.root).free
+        if need > free:
+            raise PoolConfigError(
+                f"pool needs {need / 1e9:.2f} GB for {len(todo)} new replicas under {self.root}, "
+                f"but only {free / 1e9:.2f} GB are free; lower replicas_per_db or workers"
+            )
+
+    # -- leasing ----------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        traj_id: str,
+        db_id: str,
+        *,
+        worker_id: int | None = None,
+        timeout: float | None = None,
+    ) -> Lease:
+        """The lease of `traj_id`: the existing one, or a fresh one on a clean replica of
+        `db_id` from the worker's partition (restored first if it was changed). Blocks up to
+        `timeout` seconds (default `config.acquire_timeout_s`) while all are busy."""
+        if not isinstance(traj_id, str) or not traj_id:
+            raise PoolConfigError(f"traj_id must be a non-empty string, got {traj_id!r}")
+        wid = self._worker(worker_id)
+        self._known(db_id)
+        wait = self.config.acquire_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        while True:
+            expired: list[Lease] = []
+            with self._cond:
+                if self._closed:
+                    raise PoolError("the pool is closed")
+                lease = self._leases.get(traj_id)
+                if lease is not None:
+                    if lease.db_id != db_id:
+                        raise PoolError(
+                            f"trajectory {traj_id!r} already holds a lease on {lease.db_id!r}, "
+                            f"not {db_id!r}"
+                        )
+                    if lease._ready:
+                        lease.touch()
+                        return lease
+                else:
+                    replica = self._pick(wid, db_id)
+                    if replica is not None:
+                        replica.is_available = False
+                        lease = Lease(self, traj_id, replica, self.config.lease_ttl_s)
+                        self._leases[traj_id] = lease
+                        break
+                    expired = self._pop_expired(wid, db_id)
+                if not expired:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        busy = len(self._partitions[(wid, db_id)])
+                        raise AcquireTimeout(
+                            f"no free replica of {db_id!r} in worker {wid} after {wait:g} s "
+                            f"(all {busy} busy); raise replicas_per_db or release leases sooner"
+                        )
+                    self._cond.wait(remaining)
+            for old in expired:
+                self._finish(old, reclaimed=True)
+        return self._prepare(lease)
+
+    async def acquire_async(
+        self,
+        traj_id: str,
+        db_id: str,
+        *,
+        worker_id: int | None = None,
+        timeout: float | None = None,
+    ) -> Lease:
+        """`acquire` for asyncio: a clean replica is taken in the loop without blocking;
+        waiting and restoring run in a worker thread."""
+        lease = self._try_clean(traj_id, db_id, worker_id)
+        if lease is not None:
+            return lease
+        return await asyncio.to_thread(
+            self.acquire, traj_id, db_id, worker_id=worker_id, timeout=timeout
+        )
+
+    def _try_clean(self, traj_id: str, db_id: str, worker_id: int | None) -> Lease | None:
+        wid = self._worker(worker_id)
+        self._known(db_id)
+        with self._cond:
+            if self._closed or traj_id in self._leases:
+                return None
+            replica = self._pick(wid, db_id, clean_only=True)
+            if replica is None:
+                return None
+            replica.is_available = False
+            lease = Lease(self, traj_id, replica, self.config.lease_ttl_s)
+            self._leases[traj_id] = lease
+        return self._prepare(lease)
+
+    def _prepare(self, lease: Lease) -> Lease:
+        """Restore (if needed) and open the sandbox, outside the pool lock."""
+        replica = lease.replica
+        try:
+            if replica.need_reset:
+                replica.template.check_unchanged()
+                try:
+                    replica.restore(self._strategy, self.stats)
+                except OSError as exc:
+                    raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
+                replica.need_reset = False
+            lease._sandbox = Sandbox(replica.path, self.config.limits)
+        except BaseException:
+            with self._cond:
+                self._leases.pop(lease.traj_id, None)
+                lease._closed = True
+                lease._close_reason = "failed to start"
+                replica.is_available = True
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            if not lease._closed:
+                lease._ready = True
+                self._cond.notify_all()
+                return lease
+        self._finish(lease, reclaimed=False)  # the pool was closed while we restored
+        raise PoolError("the pool was closed while the lease was being prepared")
+
+    def _pick(self, wid: int, db_id: str, *, clean_only: bool = False) -> Replica | None:
+        fallback = None
+        for replica in self._partitions[(wid, db_id)]:
+            if replica.is_available:
+                if not replica.need_reset:
+                    return replica
+                if fallback is None:
+                    fallback = replica
+        return None if clean_only else fallback
+
+    def get(self, traj_id: str) -> Lease:
+        """The open lease of `traj_id` (tools of one trajectory find its replica this way)."""
+        with self._cond:
+            lease = self._leases.get(traj_id)
+        if lease is None or not lease._ready:
+            raise UnknownTrajectoryError(f"trajectory {traj_id!r} holds no lease")
+        lease._check_usable()
+        lease.touch()
+        return lease
+
+    @contextmanager
+    def lease(
+        self,
+        traj_id: str,
+        db_id: str,
+        *,
+        worker_id: int | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[Lease]:
+        """``with pool.lease(traj_id, db_id) as lease:`` acquire, and release on exit."""
+        lease = self.acquire(traj_id, db_id, worker_id=worker_id, timeout=timeout)
+        try:
+            yield lease
+        finally:
+            self.release(traj_id)
+
+    def release(self, traj_id: str) -> bool:
+        """End the lease of `traj_id`: close its connection (dropping TEMP objects and any
+        open transaction), then mark the replica for reset only if its file changed.
+        Returns False if `traj_id` held no lease (releasing twice is harmless)."""
+        with self._cond:
+            lease = self._leases.get(traj_id)
+            if lease is None or not lease._ready:
+                return False
+            del self._leases[traj_id]
+            lease._closed = True
+            lease._close_reason = "released"
+        self._finish(lease, reclaimed=False)
+        return True
+
+    def _finish(self, lease: Lease, *, reclaimed: bool) -> None:
+        replica = lease.replica
+        dirty = True
+        try:
+            if lease._sandbox is not None:
+                lease._sandbox.close()
+            dirty = reclaimed or self.config.reset == "always" or replica.changed()
+        finally:
+            with self._cond:
+                replica.need_reset = replica.need_reset or dirty
+                replica.is_available = True
+                self._cond.notify_all()
+
+    # -- expiry -----------------------------------------------------------------------------
+
+    def _pop_expired(self, wid: int | None = None, db_id: str | None = None) -> list[Lease]:
+        """Remove expired leases from the registry (caller holds the lock)."""
+        now = time.monotonic()
+        out = []
+        for traj_id, lease in list(self._leases.items()):
+            if not lease._ready or lease.expires_at > now:
+                continue
+            if wid is not None and (lease.worker_id != wid or lease.db_id != db_id):
+                continue
+            del self._leases[traj_id]
+            lease._closed = True
+            lease._close_reason = "expired (TTL reached without use)"
+            out.append(lease)
+        return out
+
+    def _expire(self, lease: Lease) -> None:
+        with self._cond:
+            if self._leases.get(lease.traj_id) is not lease or lease.expires_at > time.monotonic():
+                return
+            del self._leases[lease.traj_id]
+            lease._closed = True
+            lease._close_reason = "expired (TTL reached without use)"
+        self._finish(lease, reclaimed=True)
+
+    def reap_expired(self) -> int:
+        """Reclaim every expired lease now; returns how many. (Acquire also reclaims expired
+        leases of its own partition when it finds no free replica.)"""
+        with self._cond:
+            expired = self._pop_expired()
+        for lease in expired:
+            self._finish(lease, reclaimed=True)
+        return len(expired)
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def restore_dirty(self, limit: int | None = None) -> int:
+        """Restore idle replicas marked `need_reset` now (e.g. between training steps), so
+        later acquires find them clean. Returns the number restored."""
+        done = 0
+        while limit is None or done < limit:
+            with self._cond:
+                replica = next(
+                    (
+                        r
+                        for part in self._partitions.values()
+                        for r in part
+                        if r.is_available and r.need_reset
+                    ),
+                    None,
+                )
+                if replica is None:
+                    break
+                replica.is_available = False
+            try:
+                replica.template.check_unchanged()
+                replica.restore(self._strategy, self.stats)
+                replica.need_reset = False
+            except OSError as exc:
+                raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
+            finally:
+                with self._cond:
+                    replica.is_available = True
+                    self._cond.notify_all()
+            done += 1
+        return done
+
+    def replicas(self, worker_id: int | None = None, db_id: str | None = None) -> list[Replica]:
+        """The replicas of this pool (optionally of one worker and/or db)."""
+        return [
+            r
+            for (w, d), part in self._partitions.items()
+            if (worker_id is None or w == worker_id) and (db_id is None or d == db_id)
+            for r in part
+        ]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """One row per replica: worker, db_id, index, available, need_reset, holder."""
+        with self._cond:
+            holders = {id(lease.replica): t for t, lease in self._leases.items()}
+            return [
+                {
+                    "worker": r.worker_id,
+                    "db_id": r.db_id,
+                    "index": r.index,
+                    "available": r.is_available,
+                    "need_reset": r.need_reset,
+                    "traj_id": holders.get(id(r)),
+                    "restores": r.restores,
+                }
+                for r in self.replicas()
+            ]
+
+    def active_leases(self) -> list[str]:
+        with self._cond:
+            return sorted(t for t, lease in self._leases.items() if lease._ready)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _worker(self, worker_id: int | None) -> int:
+        if worker_id is None:
+            if len(self.worker_ids) == 1:
+                return self.worker_ids[0]
+            raise PoolConfigError(
+                f"this pool owns workers {list(self.worker_ids)}: pass worker_id explicitly"
+            )
+        if worker_id not in self.worker_ids:
+            raise PoolConfigError(
+                f"worker_id {worker_id} is not a partition of this pool (owns {list(self.worker_ids)})"
+            )
+        return worker_id
+
+    def _known(self, db_id: str) -> None:
+        if db_id not in self.templates:
+            known = ", ".join(sorted(self.templates)) or "none"
+            raise UnknownDatabaseError(f"unknown db_id {db_id!r}; this pool has: {known}")
+
+    def close(self) -> None:
+        """Release every lease and give up the partition locks. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            leases = list(self._leases.values())
+            self._leases.clear()
+            for lease in leases:
+                lease._closed = True
+                lease._close_reason = "closed with its pool"
+        try:
+            for lease in leases:
+                if lease._ready:
+                    self._finish(lease, reclaimed=False)
+        finally:
+            self._unlock()
+
+    def _unlock(self) -> None:
+        for f in self._lock_files:
+            f.close()  # closing the descriptor drops the flock
+        self._lock_files.clear()
+
+    def __enter__(self) -> ReplicaPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
