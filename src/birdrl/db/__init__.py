@@ -11,6 +11,7 @@ from birdrl.db.errors import (
     UnknownDatabaseError,
     UnknownTrajectoryError,
 )
+from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.iostats import IOCounter, IOStats
 from birdrl.db.pool import Lease, PoolConfig, ReplicaPool
 from birdrl.db.replica import FileSignature, Replica, Template
@@ -42,6 +43,7 @@ __all__ = [
     "TemplateError",
     "UnknownDatabaseError",
     "UnknownTrajectoryError",
+    "content_fingerprint",
     "get_strategy",
     "split_statements",
 ]

@@ -100,7 +100,9 @@ class PoolConfig:
 class Lease:
     """A trajectory's hold on one replica. Obtain it from `ReplicaPool.acquire`."""
 
-    def __init__(self, pool: ReplicaPool, traj_id: str, replica: Replica, ttl_s: float | None) -> None:
+    def __init__(
+        self, pool: ReplicaPool, traj_id: str, replica: Replica, ttl_s: float | None
+    ) -> None:
         self._pool = pool
         self.traj_id = traj_id
         self.replica = replica
@@ -193,9 +195,13 @@ class ReplicaPool:
         if isinstance(config.replicas_per_db, Mapping):
             missing = sorted(set(self.templates) - set(config.replicas_per_db))
             if missing:
-                raise PoolConfigError(f"replicas_per_db has no count for db_id(s): {', '.join(missing)}")
+                raise PoolConfigError(
+                    f"replicas_per_db has no count for db_id(s): {', '.join(missing)}"
+                )
         self._strategy: RestoreStrategy = get_strategy(config.restore)
-        self.worker_ids = tuple(config.worker_ids if config.worker_ids is not None else range(config.workers))
+        self.worker_ids = tuple(
+            config.worker_ids if config.worker_ids is not None else range(config.workers)
+        )
         if not self.worker_ids:
             raise PoolConfigError("worker_ids is empty: this pool would own no partition")
         self.root = Path(config.root).expanduser().resolve()
@@ -324,7 +330,8 @@ class ReplicaPool:
                             f"no free replica of {db_id!r} in worker {wid} after {wait:g} s "
                             f"(all {busy} busy); raise replicas_per_db or release leases sooner"
                         )
-                    self._cond.wait(remaining)
+                    # wake up for a release, or when the first lease here may expire
+                    self._cond.wait(min(remaining, self._until_expiry(wid, db_id)))
             for old in expired:
                 self._finish(old, reclaimed=True)
         return self._prepare(lease)
@@ -467,6 +474,15 @@ class ReplicaPool:
             lease._close_reason = "expired (TTL reached without use)"
             out.append(lease)
         return out
+
+    def _until_expiry(self, wid: int, db_id: str) -> float:
+        """Seconds until the first lease of a partition may expire (caller holds the lock)."""
+        ends = [
+            lease.expires_at
+            for lease in self._leases.values()
+            if lease.worker_id == wid and lease.db_id == db_id and lease._ready
+        ]
+        return max(min(ends, default=float("inf")) - time.monotonic(), 0.0) + 0.001
 
     def _expire(self, lease: Lease) -> None:
         with self._cond:

@@ -97,7 +97,9 @@ class Template:
             st = p.stat()
             header = _read_header(p)
         except OSError as exc:
-            raise TemplateError(f"template database for db_id {db_id!r} is unreadable: {p}: {exc}") from exc
+            raise TemplateError(
+                f"template database for db_id {db_id!r} is unreadable: {p}: {exc}"
+            ) from exc
         if len(header) < HEADER_SIZE or not header.startswith(SQLITE_MAGIC):
             raise TemplateError(
                 f"template for db_id {db_id!r} is not an SQLite database (bad header): {p}"
@@ -135,7 +137,9 @@ class Template:
         try:
             st = self.path.stat()
         except OSError as exc:
-            raise TemplateError(f"template for db_id {self.db_id!r} disappeared: {self.path}") from exc
+            raise TemplateError(
+                f"template for db_id {self.db_id!r} disappeared: {self.path}"
+            ) from exc
         if st.st_size != self.size or st.st_mtime_ns != self.mtime_ns:
             raise TemplateError(
                 f"template for db_id {self.db_id!r} changed on disk while the pool used it: {self.path}"
@@ -218,7 +222,9 @@ class Replica:
             strategy.restore(self.template.path, self.path, op)
         signature = FileSignature.of(self.path)
         if signature is None or signature.size != self.template.size:
-            raise OSError(f"restore of {self.path} did not produce a {self.template.size}-byte file")
+            raise OSError(
+                f"restore of {self.path} did not produce a {self.template.size}-byte file"
+            )
         record = {
             "version": _STATE_VERSION,
             "template": self.template.identity(),

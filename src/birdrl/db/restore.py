@@ -26,7 +26,14 @@ from birdrl.db.iostats import Op
 __all__ = ["RESTORE_STRATEGIES", "CopyRestore", "PageRestore", "RestoreStrategy", "get_strategy"]
 
 _FICLONE = 0x40049409  # ioctl number of FICLONE (linux/fs.h)
-_NO_FAST_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTTY, errno.EBADF}
+_NO_FAST_COPY = {
+    errno.EXDEV,
+    errno.ENOSYS,
+    errno.EINVAL,
+    errno.EOPNOTSUPP,
+    errno.ENOTTY,
+    errno.EBADF,
+}
 _BLOCK = 1 << 20
 
 

@@ -1,0 +1,96 @@
+"""Shared fixtures: small but real SQLite template databases in temporary directories."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fuzz-seeds",
+        type=int,
+        default=None,
+        help="number of seeds for the contamination fuzzer (default: 4, or $BIRDRL_FUZZ_SEEDS)",
+    )
+
+
+def build_template(path: Path, *, rows: int = 300, seed: int = 0) -> Path:
+    """A small shop database with the features contamination can hide in: AUTOINCREMENT
+    (sqlite_sequence), an index, a view, a trigger, NULLs, text dates, a WITHOUT ROWID table."""
+    rnd = random.Random(seed)
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE customers(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            name TEXT NOT NULL,
+            city TEXT,
+            joined TEXT
+        );
+        CREATE TABLE orders(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            customer_id INTEGER REFERENCES customers(id),
+            amount REAL,
+            status TEXT,
+            ordered_at TEXT
+        );
+        CREATE TABLE tags(code TEXT PRIMARY KEY, label TEXT) WITHOUT ROWID;
+        CREATE TABLE audit(id INTEGER PRIMARY KEY, note TEXT);
+        CREATE INDEX idx_orders_customer ON orders(customer_id);
+        CREATE VIEW big_orders AS SELECT * FROM orders WHERE amount > 500;
+        CREATE TRIGGER trg_cancel AFTER UPDATE OF status ON orders
+            WHEN NEW.status = 'cancelled'
+            BEGIN INSERT INTO audit(note) VALUES ('cancelled ' || NEW.id); END;
+        """
+    )
+    cities = ["Lisbon", "Oslo", None, "Lima", "Osaka"]
+    conn.executemany(
+        "INSERT INTO customers(name, city, joined) VALUES (?, ?, ?)",
+        [
+            (f"c{i}", rnd.choice(cities), f"2023-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}")
+            for i in range(rows)
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO orders(customer_id, amount, status, ordered_at) VALUES (?, ?, ?, ?)",
+        [
+            (
+                rnd.randint(1, rows),
+                None if rnd.random() < 0.05 else round(rnd.uniform(1, 1000), 2),
+                rnd.choice(["new", "paid", "shipped"]),
+                f"2024-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d}",
+            )
+            for _ in range(rows * 3)
+        ],
+    )
+    conn.executemany("INSERT INTO tags VALUES (?, ?)", [(f"t{i}", f"tag {i}") for i in range(20)])
+    conn.commit()
+    conn.close()
+    return path
+
+
+def file_sha(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def make_template(tmp_path: Path) -> Callable[..., Path]:
+    """`make_template(name, rows=..., seed=...)` builds a template under tmp_path/templates."""
+
+    def make(name: str = "shop", *, rows: int = 300, seed: int = 0) -> Path:
+        d = tmp_path / "templates"
+        d.mkdir(exist_ok=True)
+        return build_template(d / f"{name}.sqlite", rows=rows, seed=seed)
+
+    return make
+
+
+@pytest.fixture
+def template(make_template: Callable[..., Path]) -> Path:
+    return make_template()
