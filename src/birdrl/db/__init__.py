@@ -16,7 +16,8 @@ from birdrl.db.iostats import IOCounter, IOStats
 from birdrl.db.pool import Lease, PoolConfig, ReplicaPool
 from birdrl.db.replica import FileSignature, Replica, Template
 from birdrl.db.restore import CopyRestore, PageRestore, RestoreStrategy, get_strategy
-from birdrl.db.sandbox import ErrorKind, ExecResult, Sandbox, SandboxLimits, split_statements
+from birdrl.db.sandbox import ErrorKind, ExecResult, Sandbox, SandboxLimits
+from birdrl.db.statements import split_statements
 
 __all__ = [
     "AcquireTimeout",

@@ -20,6 +20,7 @@ import asyncio
 import fcntl
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -109,7 +110,8 @@ class Lease:
         self.acquired_at = time.monotonic()
         self._ttl = ttl_s
         self.expires_at = float("inf") if ttl_s is None else self.acquired_at + ttl_s
-        self._sandbox: Sandbox | None = None
+        self._sandbox: Sandbox | None = None  # opened on first execute
+        self._box_lock = threading.Lock()
         self._ready = False
         self._closed = False
         self._close_reason = ""
@@ -144,8 +146,7 @@ class Lease:
         """Run untrusted SQL on this trajectory's replica (guarded; errors are in the result)."""
         self._check_usable()
         self.touch()
-        assert self._sandbox is not None
-        result = self._sandbox.execute(sql)
+        result = self._box().execute(sql)
         if self._closed:
             raise LeaseClosedError(self._closed_message())
         return result
@@ -163,6 +164,25 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+    def _box(self) -> Sandbox:
+        """The lease's guarded connection, opened on first use: a clean acquire then does no
+        SQLite work at all, and a lease that is only scored through `path` opens none."""
+        with self._box_lock:
+            if self._closed:
+                raise LeaseClosedError(self._closed_message())
+            if self._sandbox is None:
+                try:
+                    self._sandbox = Sandbox(self.replica.path, self._pool.config.limits)
+                except (OSError, sqlite3.Error) as exc:
+                    raise PoolError(f"cannot open replica {self.replica.path}: {exc}") from exc
+            return self._sandbox
+
+    def _close_box(self) -> None:
+        with self._box_lock:
+            box, self._sandbox = self._sandbox, None
+        if box is not None:
+            box.close()
 
     def _check_usable(self) -> None:
         if not self._closed and time.monotonic() > self.expires_at:
@@ -368,7 +388,7 @@ class ReplicaPool:
         return self._prepare(lease)
 
     def _prepare(self, lease: Lease) -> Lease:
-        """Restore (if needed) and open the sandbox, outside the pool lock."""
+        """Restore the replica if it was changed, outside the pool lock."""
         replica = lease.replica
         try:
             if replica.need_reset:
@@ -378,7 +398,6 @@ class ReplicaPool:
                 except OSError as exc:
                     raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
                 replica.need_reset = False
-            lease._sandbox = Sandbox(replica.path, self.config.limits)
         except BaseException:
             with self._cond:
                 self._leases.pop(lease.traj_id, None)
@@ -449,8 +468,7 @@ class ReplicaPool:
         replica = lease.replica
         dirty = True
         try:
-            if lease._sandbox is not None:
-                lease._sandbox.close()
+            lease._close_box()
             dirty = reclaimed or self.config.reset == "always" or replica.changed()
         finally:
             with self._cond:

@@ -3,10 +3,16 @@
 Everything a model sends goes through `Sandbox.execute`, which never raises for bad SQL:
 errors, refusals and timeouts come back in the `ExecResult`. The guards:
 
-* a time limit per statement (progress handler; the connection stays usable);
+* a time limit per statement (progress handler; the connection stays usable). It is
+  checked between VM instructions only: one long instruction (a LIKE, ``instr``,
+  ``replace`` on big values) or a long compile (deeply nested views) runs past it, which is
+  why LIKE/GLOB patterns are kept short;
 * result limits (rows and bytes kept, rows counted up to a cap);
 * memory bounds (per-connection string/SQL length limits and page cache size, plus
-  SQLite's process-wide hard heap limit, which can only be lowered);
+  SQLite's process-wide hard heap limit, which can only be lowered); rows are fetched one
+  at a time, so a result is never held beyond the kept rows plus one row;
+* size bounds on the database file (growth), the TEMP database and attached in-memory or
+  temporary databases (``max_page_count``), so scratch tables cannot fill memory or disk;
 * no file access outside the replica: an authorizer refuses ATTACH of files, VACUUM INTO
   a file, file-changing or safety-weakening PRAGMAs and extension loading. The connection is
   opened with ``mode=rw`` so it can never create a file.
@@ -14,15 +20,19 @@ errors, refusals and timeouts come back in the `ExecResult`. The guards:
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from birdrl.db.authorizer import Guard
+from birdrl.db.statements import split_statements
 
 __all__ = [
     "ErrorKind",
@@ -33,13 +43,13 @@ __all__ = [
 ]
 
 
-class ErrorKind(str, Enum):
+class ErrorKind(StrEnum):
     """Why a sandboxed execution produced no (complete) result."""
 
     SQL = "sql"  # SQLite rejected or failed the statement
     TIMEOUT = "timeout"  # the statement ran past the time limit and was interrupted
     REFUSED = "refused"  # the authorizer refused an operation (file access, unsafe PRAGMA, ...)
-    LIMIT = "limit"  # the input exceeded a size limit before running
+    LIMIT = "limit"  # a size limit: input too long, value too big, out of memory, database full
     CLOSED = "closed"  # the sandbox was closed or its lease reclaimed mid-statement
 
 
@@ -68,11 +78,35 @@ class SandboxLimits:
     """SQLite's hard heap limit. It is process-wide in SQLite; the sandbox only ever lowers it."""
     progress_ops: int = 1000
     """VM instructions between two deadline checks."""
+    max_like_pattern_length: int = 100
+    """Longest LIKE/GLOB pattern, in bytes (SQLITE_LIMIT_LIKE_PATTERN_LENGTH). One LIKE runs as a
+    single VM instruction costing about value length x pattern length, which neither the
+    progress handler nor an interrupt can stop: long patterns over big values would outrun
+    `timeout_s`."""
+    max_db_growth_bytes: int | None = 1 << 30
+    """How much the database file may grow while the sandbox is open (``max_page_count``);
+    past it writes fail with ErrorKind.LIMIT. None: unbounded."""
+    max_scratch_bytes: int | None = 256 << 20
+    """Largest size of the TEMP database and of each database the model attaches
+    (``':memory:'`` or ``''``): bounds the memory and temporary disk scratch tables can take
+    (an attached ``':memory:'`` database lives in SQLite's heap, shared by the process).
+    None: unbounded."""
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "max_rows", "max_bytes", "max_sql_length", "max_statements"):
+        for name in (
+            "timeout_s",
+            "max_rows",
+            "max_bytes",
+            "max_sql_length",
+            "max_statements",
+            "max_like_pattern_length",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("max_db_growth_bytes", "max_scratch_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"SandboxLimits.{name} must be >= 0 or None, got {value!r}")
         if self.count_limit < self.max_rows:
             raise ValueError("SandboxLimits.count_limit must be >= max_rows")
 
@@ -103,129 +137,8 @@ class ExecResult:
         return self.error is None
 
 
-def split_statements(sql: str) -> list[str]:
-    """Split an SQL string into statements the way SQLite's own tokenizer would.
-
-    Semicolons inside strings, comments and trigger bodies do not split. A trailing
-    fragment without a semicolon is kept as a statement; fragments that hold only
-    whitespace or comments are dropped.
-    """
-    out: list[str] = []
-    start = 0
-    pos = sql.find(";")
-    while pos != -1:
-        chunk = sql[start : pos + 1]
-        if sqlite3.complete_statement(chunk):
-            if not _is_blank(chunk):
-                out.append(chunk.strip())
-            start = pos + 1
-        pos = sql.find(";", pos + 1)
-    tail = sql[start:]
-    if not _is_blank(tail):
-        out.append(tail.strip())
-    return out
-
-
-def _is_blank(chunk: str) -> bool:
-    """True if the chunk holds no SQL token (only whitespace, comments and semicolons)."""
-    text = chunk.strip().rstrip(";").strip()
-    if not text:
-        return True
-    # A comment-only fragment: complete once a newline and ';' close any open comment,
-    # and the same text without comments is empty.
-    i, n = 0, len(text)
-    while i < n:
-        if text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j == -1 else j + 1
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j == -1 else j + 2
-        elif text[i].isspace() or text[i] == ";":
-            i += 1
-        else:
-            return False
-    return True
-
-
-# PRAGMAs a model may run in any form: introspection or connection-local settings that
-# cannot reach another file and do not weaken crash safety.
-_PRAGMAS_ANY_FORM = frozenset(
-    {
-        "analysis_limit", "application_id", "automatic_index", "case_sensitive_like",
-        "cell_size_check", "collation_list", "compile_options", "count_changes",
-        "data_version", "database_list", "defer_foreign_keys", "foreign_key_check",
-        "foreign_key_list", "foreign_keys", "freelist_count", "full_column_names",
-        "function_list", "ignore_check_constraints", "index_info", "index_list",
-        "index_xinfo", "integrity_check", "legacy_alter_table", "module_list", "optimize",
-        "page_count", "pragma_list", "query_only", "quick_check", "recursive_triggers",
-        "reverse_unordered_selects", "short_column_names", "stats", "table_info",
-        "table_list", "table_xinfo", "user_version",
-    }
-)  # fmt: skip
-# PRAGMAs a model may read but not set: setting them changes files, durability or limits.
-_PRAGMAS_READ_ONLY = frozenset(
-    {
-        "auto_vacuum", "busy_timeout", "cache_size", "cache_spill", "encoding",
-        "hard_heap_limit", "journal_mode", "journal_size_limit", "locking_mode",
-        "max_page_count", "mmap_size", "page_size", "schema_version", "secure_delete",
-        "soft_heap_limit", "synchronous", "temp_store", "threads", "trusted_schema",
-        "wal_autocheckpoint",
-    }
-)  # fmt: skip
-_DENIED_FUNCTIONS = frozenset(
-    {"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer", "sqlite_dbpage"}
-)
-_IN_MEMORY_ATTACH = frozenset({"", ":memory:"})
-
-
-class _Guard:
-    """Authorizer + progress handler state of one connection."""
-
-    def __init__(self) -> None:
-        self.refusal: str | None = None
-        self.deadline = float("inf")
-        self.timed_out = False
-        self.closing = False
-
-    def authorize(
-        self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
-    ) -> int:
-        reason = self._refuse(action, arg1, arg2)
-        if reason is None:
-            return sqlite3.SQLITE_OK
-        self.refusal = reason
-        return sqlite3.SQLITE_DENY
-
-    @staticmethod
-    def _refuse(action: int, arg1: str | None, arg2: str | None) -> str | None:
-        if action == sqlite3.SQLITE_ATTACH:
-            if arg1 in _IN_MEMORY_ATTACH:  # plain VACUUM attaches a temporary '' database
-                return None
-            return (
-                f"ATTACH/VACUUM INTO of {arg1!r} is not allowed: the sandbox only gives access "
-                "to this trajectory's own database"
-            )
-        if action == sqlite3.SQLITE_PRAGMA:
-            name = (arg1 or "").lower()
-            if name in _PRAGMAS_ANY_FORM:
-                return None
-            if name in _PRAGMAS_READ_ONLY:
-                if arg2 is None:
-                    return None
-                return f"PRAGMA {name} may be read but not set in the sandbox"
-            return f"PRAGMA {name} is not allowed in the sandbox"
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-            return f"function {arg2}() is not allowed in the sandbox"
-        return None
-
-    def progress(self) -> int:
-        if self.closing:
-            return 1
-        if time.monotonic() > self.deadline:
-            self.timed_out = True
-            return 1
-        return 0
+_SQLITE_FULL = 13
+_SQLITE_TOOBIG = 18
 
 
 class Sandbox:
@@ -239,7 +152,7 @@ class Sandbox:
         self.path = Path(path)
         self.limits = limits or SandboxLimits()
         self._lock = threading.Lock()
-        self._guard = _Guard()
+        self._guard = Guard()
         self._conn: sqlite3.Connection | None = _open_guarded(self.path, self.limits, self._guard)
 
     @property
@@ -282,6 +195,7 @@ class Sandbox:
             guard = self._guard
             guard.refusal = None
             guard.timed_out = False
+            guard.attached = False
             guard.deadline = time.monotonic() + limits.timeout_s
             try:
                 cur = conn.execute(stmt)
@@ -290,9 +204,14 @@ class Sandbox:
                 elif cur.rowcount >= 0:
                     rowcount = cur.rowcount
                 cur.close()
-            except (sqlite3.Error, OverflowError, MemoryError, ValueError) as exc:
+                if guard.attached:
+                    _cap_databases(conn, limits, guard)
+            # sqlite3.Warning: "one statement at a time" on Python 3.10
+            except (sqlite3.Error, sqlite3.Warning, OverflowError, MemoryError, ValueError) as exc:
                 kind, message = self._classify(exc)
-                where = f"statement {index + 1} of {len(statements)}: " if len(statements) > 1 else ""
+                where = (
+                    f"statement {index + 1} of {len(statements)}: " if len(statements) > 1 else ""
+                )
                 return ExecResult(
                     rowcount=rowcount,
                     error=where + message,
@@ -325,13 +244,26 @@ class Sandbox:
             return ErrorKind.REFUSED, f"refused: {guard.refusal}"
         if isinstance(exc, MemoryError):
             return ErrorKind.LIMIT, "out of memory: the statement exceeded the sandbox memory bound"
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code == _SQLITE_TOOBIG:
+            return (
+                ErrorKind.LIMIT,
+                f"{exc}: values are limited to {self.limits.max_value_bytes} bytes in the sandbox",
+            )
+        if code == _SQLITE_FULL:
+            return (
+                ErrorKind.LIMIT,
+                f"{exc}: the sandbox bounds the growth of the database "
+                f"({_size(self.limits.max_db_growth_bytes)}) and the size of TEMP and attached "
+                f"databases ({_size(self.limits.max_scratch_bytes)})",
+            )
         return ErrorKind.SQL, f"{type(exc).__name__}: {exc}"
 
     def interrupt(self) -> None:
         """Stop the running statement (if any) from another thread; the sandbox stays open."""
         conn = self._conn
         if conn is not None:
-            conn.interrupt()
+            _interrupt(conn)
 
     def close(self) -> None:
         """Close the connection: rolls back an open transaction, drops TEMP objects and
@@ -339,7 +271,7 @@ class Sandbox:
         self._guard.closing = True
         conn = self._conn
         if conn is not None:
-            conn.interrupt()
+            _interrupt(conn)
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
@@ -350,6 +282,16 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _interrupt(conn: sqlite3.Connection) -> None:
+    # ProgrammingError: closed meanwhile by another thread, so nothing is running
+    with contextlib.suppress(sqlite3.ProgrammingError):
+        conn.interrupt()
+
+
+def _size(n: int | None) -> str:
+    return "unbounded" if n is None else f"{n / (1 << 20):g} MiB"
 
 
 def _fail(kind: ErrorKind, message: str, t0: float) -> ExecResult:
@@ -363,49 +305,50 @@ def _value_size(value: Any) -> int:
 
 
 def _fetch(cur: sqlite3.Cursor, limits: SandboxLimits) -> dict[str, Any]:
+    """Keep the first rows within max_rows/max_bytes and count the rest up to count_limit.
+
+    Rows are fetched one at a time: a batch (``fetchmany``) would hold its rows' Python
+    copies at once, up to batch size x max_value_bytes, beyond SQLite's heap limit.
+    """
     columns = tuple(d[0] for d in cur.description)
     rows: list[tuple[Any, ...]] = []
     kept_bytes = 0
     count = 0
     keeping = True
-    while True:
-        batch = cur.fetchmany(256)
-        if not batch:
-            break
-        for row in batch:
-            count += 1
-            if keeping:
-                size = sum(_value_size(v) for v in row)
-                if len(rows) >= limits.max_rows or kept_bytes + size > limits.max_bytes:
-                    keeping = False
-                else:
-                    rows.append(row)
-                    kept_bytes += size
+    more = False
+    for row in cur:
+        count += 1
+        if keeping:
+            size = sum(_value_size(v) for v in row)
+            if len(rows) >= limits.max_rows or kept_bytes + size > limits.max_bytes:
+                keeping = False
+            else:
+                rows.append(row)
+                kept_bytes += size
+        del row
         if count >= limits.count_limit:
             more = cur.fetchone() is not None
-            return {
-                "columns": columns,
-                "rows": tuple(rows),
-                "row_count": None if more else count,
-                "truncated": more or len(rows) < count,
-            }
+            break
     return {
         "columns": columns,
         "rows": tuple(rows),
-        "row_count": count,
-        "truncated": len(rows) < count,
+        "row_count": None if more else count,
+        "truncated": more or len(rows) < count,
     }
 
 
-def _open_guarded(path: Path, limits: SandboxLimits, guard: _Guard) -> sqlite3.Connection:
+def _open_guarded(path: Path, limits: SandboxLimits, guard: Guard) -> sqlite3.Connection:
     """Open `path` read-write (never create), apply limits, then install the guards."""
     if not path.is_file():
         raise FileNotFoundError(f"database file not found: {path}")
     uri = f"file:{quote(str(path.resolve()))}?mode=rw"
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=1.0)
+    conn = sqlite3.connect(
+        uri, uri=True, isolation_level=None, check_same_thread=False, timeout=1.0
+    )
     try:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
         conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max(limits.max_sql_length, 1000) * 4)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, limits.max_like_pattern_length)
         conn.execute(f"PRAGMA cache_size = -{int(limits.cache_kib)}")
         # Freed pages are not zeroed: a DROP TABLE then dirties only a few pages, which keeps
         # page-level restores small. Content is the same either way.
@@ -414,9 +357,44 @@ def _open_guarded(path: Path, limits: SandboxLimits, guard: _Guard) -> sqlite3.C
             current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
             if current == 0 or current > limits.heap_limit_bytes:
                 conn.execute(f"PRAGMA hard_heap_limit = {int(limits.heap_limit_bytes)}")
-        conn.set_authorizer(guard.authorize)
+        _cap_databases(conn, limits, guard, main=True)  # installs the authorizer
         conn.set_progress_handler(guard.progress, limits.progress_ops)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _cap_databases(
+    conn: sqlite3.Connection, limits: SandboxLimits, guard: Guard, *, main: bool = False
+) -> None:
+    """Bound database sizes with ``max_page_count`` (a per-connection setting): with
+    `main`, the file may grow by `max_db_growth_bytes`; TEMP and every attached database
+    hold at most `max_scratch_bytes`. Run at open and after each ATTACH."""
+    guard.trusted = True
+    guard.deadline = float("inf")  # a statement that ended just in time must still be capped
+    try:
+        schemas = [row[1] for row in conn.execute("PRAGMA database_list").fetchall()]
+        if "temp" not in schemas:  # the TEMP database is opened lazily; open it to cap it
+            schemas.append("temp")
+        for schema in schemas:
+            if schema == "main":
+                if main and limits.max_db_growth_bytes is not None:
+                    _set_max_pages(conn, schema, limits.max_db_growth_bytes, grow=True)
+            elif limits.max_scratch_bytes is not None:
+                _set_max_pages(conn, schema, limits.max_scratch_bytes, grow=False)
+    finally:
+        guard.trusted = False
+        # Installing the authorizer expires every prepared statement: Python's statement
+        # cache would otherwise replay the unchecked statements above, unchecked, when the
+        # model sends the same text.
+        conn.set_authorizer(guard.authorize)
+
+
+def _set_max_pages(conn: sqlite3.Connection, schema: str, size: int, *, grow: bool) -> None:
+    quoted = '"' + schema.replace('"', '""') + '"'
+    page_size = conn.execute(f"PRAGMA {quoted}.page_size").fetchone()[0]
+    pages = size // page_size
+    if grow:
+        pages += conn.execute(f"PRAGMA {quoted}.page_count").fetchone()[0]
+    conn.execute(f"PRAGMA {quoted}.max_page_count = {max(pages, 1)}").fetchall()
