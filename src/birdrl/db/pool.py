@@ -392,12 +392,7 @@ class ReplicaPool:
         replica = lease.replica
         try:
             if replica.need_reset:
-                replica.template.check_unchanged()
-                try:
-                    replica.restore(self._strategy, self.stats)
-                except OSError as exc:
-                    raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
-                replica.need_reset = False
+                self._restore(replica)
         except BaseException:
             with self._cond:
                 self._leases.pop(lease.traj_id, None)
@@ -541,17 +536,22 @@ class ReplicaPool:
                     break
                 replica.is_available = False
             try:
-                replica.template.check_unchanged()
-                replica.restore(self._strategy, self.stats)
-                replica.need_reset = False
-            except OSError as exc:
-                raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
+                self._restore(replica)
             finally:
                 with self._cond:
                     replica.is_available = True
                     self._cond.notify_all()
             done += 1
         return done
+
+    def _restore(self, replica: Replica) -> None:
+        """Restore a replica this thread holds (not available to others) from its template."""
+        replica.template.check_unchanged()
+        try:
+            replica.restore(self._strategy, self.stats)
+        except OSError as exc:
+            raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
+        replica.need_reset = False
 
     def replicas(self, worker_id: int | None = None, db_id: str | None = None) -> list[Replica]:
         """The replicas of this pool (optionally of one worker and/or db)."""
