@@ -12,7 +12,8 @@ import sys
 
 from rich.console import Console
 
-from birdrl.cli import BenchProgressBars, render_bench, render_plan, results_console
+from birdrl.cli.common import results_console
+from birdrl.cli.pool import BenchProgressBars, render_bench, render_plan
 from birdrl.db.bench.run import BenchConfig, plan_bench, run_bench
 
 

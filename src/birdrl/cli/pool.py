@@ -1,7 +1,4 @@
-"""The ``birdrl`` command line. Thin: parse options, call one library function, render with rich.
-
-Errors that birdrl raises on purpose (`BirdrlError`) print one line and exit with status 1.
-"""
+"""``birdrl pool ...``: replica-pool commands (the I/O benchmark)."""
 
 from __future__ import annotations
 
@@ -9,8 +6,6 @@ import ast
 import inspect
 import json
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from birdrl import __version__
+from birdrl.cli.common import clean_errors, results_console
 from birdrl.db.bench.run import (
     BASELINE,
     BenchConfig,
@@ -38,18 +33,11 @@ from birdrl.db.bench.run import (
 )
 from birdrl.errors import BirdrlError
 
-__all__ = ["BenchProgressBars", "app", "render_bench", "render_plan", "results_console"]
+__all__ = ["BenchProgressBars", "pool_app", "render_bench", "render_plan"]
 
-app = typer.Typer(
-    name="birdrl",
-    help="Agentic RL over stateful database environments.",
-    no_args_is_help=True,
-    add_completion=False,
-)
 pool_app = typer.Typer(
     help="Replica pools: one private database per trajectory.", no_args_is_help=True
 )
-app.add_typer(pool_app, name="pool")
 
 
 def _field_help(cls: type) -> dict[str, str]:
@@ -85,40 +73,6 @@ def _help(name: str, shown: str | None = None, extra: str = "") -> str:
     elif shown is None:
         shown = str(default)
     return " ".join(x for x in (_DOCS.get(name, ""), extra, f"(default: {shown})") if x)
-
-
-@contextmanager
-def _clean_errors() -> Iterator[None]:
-    """Turn birdrl's own errors into one line on stderr and exit status 1."""
-    try:
-        yield
-    except BirdrlError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"birdrl {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Show the version and exit."
-        ),
-    ] = False,
-) -> None:
-    """birdrl: SQL-debugging environments, replica pools, evaluation and training."""
-
-
-@app.command("version")
-def version_command() -> None:
-    """Show the version."""
-    typer.echo(f"birdrl {__version__}")
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -198,7 +152,7 @@ def pool_bench(
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     console = results_console()
-    with _clean_errors():
+    with clean_errors():
         config = BenchConfig.quick(**overrides) if quick else BenchConfig(**overrides)
         render_plan(plan_bench(config), config, console)
         with BenchProgressBars(Console(stderr=True)) as bars:
@@ -209,14 +163,6 @@ def pool_bench(
         except OSError as exc:
             raise BirdrlError(f"cannot write the results to {json_path}: {exc}") from exc
         console.print(f"results written to [bold]{json_path}[/]", highlight=False)
-
-
-def results_console() -> Console:
-    """A console for results: wide enough for the table when stdout is a file or a pipe."""
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 150))
-    return console
 
 
 class BenchProgressBars:
@@ -381,7 +327,3 @@ def render_bench(result: BenchResult, console: Console) -> None:
         peak = result.strategy(BASELINE).disk_bytes
         console.print(f"copy-per-rollout: peak {_gb(peak)} of copies in flight", highlight=False)
     console.print(f"total {result.total_s:.1f} s", highlight=False)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    app()

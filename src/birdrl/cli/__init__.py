@@ -1,0 +1,49 @@
+"""The ``birdrl`` command line. Thin: parse options, call one library function, render with
+rich. Errors that birdrl raises on purpose (`BirdrlError`) print one line and exit 1."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from birdrl import __version__
+from birdrl.cli.evaluate import eval_command
+from birdrl.cli.pool import pool_app
+from birdrl.cli.tasks import tasks_app
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="birdrl",
+    help="Agentic RL over stateful database environments.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(pool_app, name="pool")
+app.add_typer(tasks_app, name="tasks")
+app.command("eval")(eval_command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"birdrl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Show the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """birdrl: SQL-debugging environments, replica pools, evaluation and training."""
+
+
+@app.command("version")
+def version_command() -> None:
+    """Show the version."""
+    typer.echo(f"birdrl {__version__}")

@@ -1,0 +1,157 @@
+"""``birdrl eval``: score predictions (or a scripted baseline) on a task set."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from birdrl.cli.common import clean_errors, results_console
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.evaluator import EvalConfig, TestReport
+from birdrl.evaluation.metrics import Summary
+from birdrl.evaluation.suite import (
+    evaluate_suite,
+    load_predictions,
+    scripted_predictions,
+    write_predictions,
+)
+from birdrl.tasks.benchmark import Benchmark, open_benchmark
+from birdrl.tasks.model import Task
+
+__all__ = ["eval_command", "progress_bar", "render_skipped", "render_summary"]
+
+TasksOption = Annotated[
+    str,
+    typer.Option(
+        "--tasks", help="Task file (.jsonl/.json/.parquet), hf:NAME[:SPLIT], or bundled:train|test."
+    ),
+]
+DbRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--db-root",
+        help="Directory with {db_id}/{db_id}.sqlite or {db_id}.sqlite (default for bundled: the cache).",
+    ),
+]
+WorkersOption = Annotated[
+    int | None, typer.Option(help="Worker processes (default: CPU count, at most 8).")
+]
+SkipOption = Annotated[
+    bool,
+    typer.Option("--skip-invalid", help="Report and skip malformed tasks instead of stopping."),
+]
+
+
+def eval_command(
+    tasks: TasksOption = "bundled:test",
+    predictions: Annotated[
+        Path | None,
+        typer.Option(help='Predictions file: {"instance_id": ..., "pred_sqls": [...]} per line.'),
+    ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            help="Scripted baseline instead of predictions: gold (sol_sql) or issue (issue_sql)."
+        ),
+    ] = None,
+    db_root: DbRootOption = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the full per-task report as JSON here.")
+    ] = None,
+    export_predictions: Annotated[
+        Path | None,
+        typer.Option(help="Also write the predictions scored, in the official format, here."),
+    ] = None,
+    workers: WorkersOption = None,
+    skip_invalid: SkipOption = False,
+    fix_quirks: Annotated[
+        bool,
+        typer.Option(help="Do not reproduce the official evaluator's quirks (scores then differ)."),
+    ] = False,
+) -> None:
+    """Score predictions on a task set: success rate overall and per category."""
+    console = results_console()
+    with clean_errors():
+        if (predictions is None) == (agent is None):
+            raise BirdrlError("give exactly one of --predictions FILE or --agent gold|issue")
+        bench = open_benchmark(tasks, db_root, skip_invalid=skip_invalid)
+        render_skipped(bench, console)
+        debug_tasks = [t for t in bench.tasks if isinstance(t, Task)]
+        if len(debug_tasks) != len(bench.tasks):
+            raise BirdrlError(
+                f"{tasks} holds text-to-SQL tasks; `birdrl eval` scores debugging tasks"
+            )
+        if agent is not None:
+            if agent not in ("gold", "issue"):
+                raise BirdrlError(f"unknown agent {agent!r}: choose gold or issue")
+            kind: Literal["gold", "issue"] = "gold" if agent == "gold" else "issue"
+            preds = scripted_predictions(debug_tasks, kind)
+        else:
+            assert predictions is not None
+            preds = load_predictions(predictions)
+        if export_predictions is not None:
+            written = write_predictions(export_predictions, preds)
+            console.print(f"predictions written to [bold]{written}[/]", highlight=False)
+        config = EvalConfig(official_quirks=not fix_quirks)
+        if workers is not None:
+            config = replace(config, workers=workers)
+        with progress_bar(len(debug_tasks), "evaluating") as advance:
+            result = evaluate_suite(debug_tasks, bench.databases, preds, config, progress=advance)
+        render_summary(result.summary, f"{tasks} ({agent or predictions})", console)
+        if json_path is not None:
+            json_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+            console.print(f"report written to [bold]{json_path}[/]", highlight=False)
+
+
+@contextmanager
+def progress_bar(total: int, label: str) -> Iterator[Callable[[TestReport], None]]:
+    """A transient rich progress bar on stderr; yields a callback that advances it."""
+    progress = Progress(
+        TextColumn(f"{label:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = progress.add_task(label, total=total)
+
+    def advance(_report: TestReport) -> None:
+        progress.advance(task)
+
+    with progress:
+        yield advance
+
+
+def render_skipped(bench: Benchmark, console: Console) -> None:
+    for problem in bench.tasks.skipped:
+        console.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)
+
+
+def render_summary(summary: Summary, title: str, console: Console) -> None:
+    """SR overall and per category, then what went wrong."""
+    table = Table(title=f"success rate: {title}")
+    table.add_column("category")
+    table.add_column("tasks", justify="right")
+    table.add_column("success", justify="right")
+    table.add_column("SR %", justify="right")
+    for name, score in summary.by_category.items():
+        table.add_row(name, str(score.total), str(score.success), f"{score.rate:.1f}")
+    o = summary.overall
+    table.add_row("[bold]overall[/]", str(o.total), str(o.success), f"[bold]{o.rate:.1f}[/]")
+    console.print(table)
+    console.print(
+        f"mean reward {summary.mean_reward:.3f}; execution errors {summary.execution_errors}, "
+        f"timeouts {summary.timeouts}, infrastructure errors {summary.infra_errors}, "
+        f"invalid tasks {summary.invalid_tasks}, missing predictions {summary.missing_predictions}",
+        highlight=False,
+    )

@@ -1,0 +1,310 @@
+"""The one scorer: benchmark success rate and the RL reward both come from `Evaluator`.
+
+For each task it leases a fresh replica from a `ReplicaPool` (instead of copying the
+database), hands its path to a long-lived worker process that runs the phase (preprocess,
+SQL under test, test cases, clean-up), and releases the lease; the pool restores only
+replicas that really changed. Like the official evaluator it first runs the tests against
+the task's issue SQL on another fresh state: if the issue SQL passes them all, the task
+cannot tell right from wrong and counts as failed for every prediction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from birdrl.db.errors import PoolError
+from birdrl.db.pool import PoolConfig, ReplicaPool
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.runner import ExJob, ExResult, PhaseJob, PhaseResult, run_job
+from birdrl.evaluation.workers import JobTimeout, Worker, WorkerError
+from birdrl.tasks.model import Task, TextToSQLTask
+
+__all__ = ["EvalConfig", "Evaluator", "ExReport", "TaskNotScorableError", "TestReport"]
+
+
+_FAILED = PhaseResult(passed=0, tests_run=0)
+
+
+class TaskNotScorableError(BirdrlError, ValueError):
+    """The task has no reference solution (a public release): it can be used for inference
+    only."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How the evaluator runs."""
+
+    workers: int = field(default_factory=lambda: max(1, min(os.cpu_count() or 1, 8)))
+    """Worker processes (and evaluations in flight)."""
+    job_timeout_s: float = 120.0
+    """Wall-clock limit for one phase (preprocess + SQL + all test cases) in a worker."""
+    statement_timeout_s: float = 30.0
+    """Limit per SQL statement; a statement past it is a timeout error."""
+    check_issue_sql: bool = True
+    """Run the tests against the issue SQL first (official phase 1)."""
+    cache_issue_check: bool = True
+    """Remember phase 1's outcome per task within this evaluator (it depends only on the task)."""
+    official_quirks: bool = True
+    """Reproduce the official evaluator's quirks (see docs/evaluation.md)."""
+    pool_root: Path | None = None
+    """Where replicas live; None: a temporary directory removed on close."""
+    restore: str = "page"
+
+
+@dataclass(frozen=True)
+class TestReport:
+    """The outcome of scoring one prediction for one task."""
+
+    instance_id: str
+    db_id: str
+    category: str
+    passed: int
+    """Test cases passed by the prediction."""
+    tests_run: int
+    """Test cases run (1 for the default test; 0 if the prediction failed to execute)."""
+    total_test_cases: int
+    """The official count: the task's test cases (0 when the default test ran)."""
+    failed_tests: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    execution_error: bool = False
+    timeout_error: bool = False
+    issue_sql_passed: bool = False
+    """Phase 1: the task's own issue SQL passed every test (an invalid task)."""
+    infra_error: str | None = None
+    """The evaluation itself failed (worker crash, restore failure): not the model's fault."""
+
+    @property
+    def expected_tests(self) -> int:
+        return max(self.total_test_cases, 1)
+
+    @property
+    def reward(self) -> float:
+        """Fraction of test cases passed: the pure execution reward."""
+        return self.passed / self.expected_tests
+
+    @property
+    def success(self) -> bool:
+        """All test cases passed (and the task is valid): the benchmark's success."""
+        return (
+            self.infra_error is None
+            and not self.issue_sql_passed
+            and not self.execution_error
+            and not self.timeout_error
+            and self.passed == self.expected_tests
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["status"] = "success" if self.success else "failed"
+        out["reward"] = self.reward
+        return out
+
+
+@dataclass(frozen=True)
+class ExReport:
+    """Execution accuracy of one text-to-SQL prediction."""
+
+    question_id: str
+    db_id: str
+    correct: bool
+    error: str | None = None
+    infra_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Evaluator:
+    """Scores predictions for tasks on databases `databases` (db_id -> template file).
+
+    Thread-safe; use as a context manager or call `close()`.
+    """
+
+    def __init__(
+        self, databases: Mapping[str, str | Path], config: EvalConfig | None = None
+    ) -> None:
+        self.config = config or EvalConfig()
+        if self.config.workers < 1:
+            raise ValueError(f"EvalConfig.workers must be >= 1, got {self.config.workers}")
+        self._tmp: str | None = None
+        root = self.config.pool_root
+        if root is None:
+            self._tmp = tempfile.mkdtemp(prefix="birdrl-eval-")
+            root = Path(self._tmp)
+        try:
+            self.pool = ReplicaPool(
+                databases,
+                PoolConfig(
+                    root=Path(root),
+                    replicas_per_db=self.config.workers,
+                    restore=self.config.restore,
+                    acquire_timeout_s=self.config.job_timeout_s * 2 + 60,
+                ),
+            )
+        except BaseException:
+            self._remove_tmp()
+            raise
+        self._workers = [Worker(run_job) for _ in range(self.config.workers)]
+        self._free = list(range(self.config.workers))
+        self._free_cond = threading.Condition()
+        self._ids = itertools.count()
+        self._issue_cache: dict[tuple[str, int], PhaseResult] = {}
+
+    # -- public API -------------------------------------------------------------------------
+
+    def evaluate(self, task: Task, pred_sqls: Sequence[str] | str) -> TestReport:
+        """Score one prediction (a statement or a list of statements) for one task."""
+        if not task.has_reference:
+            raise TaskNotScorableError(
+                f"task {task.instance_id!r} has no sol_sql (public release?): it can be used "
+                "for inference, not scored"
+            )
+        pred = (pred_sqls,) if isinstance(pred_sqls, str) else tuple(pred_sqls)
+        issue_passed = False
+        if self.config.check_issue_sql and task.issue_sql:
+            try:
+                issue = self._issue_phase(task)
+            except JobTimeout as exc:  # the issue SQL hangs: it certainly fails the tests
+                issue = PhaseResult(0, 0, errors=(str(exc),), timeout_error=True)
+            except (WorkerError, PoolError) as exc:
+                return self._report(task, _FAILED, False, infra_error=f"issue-SQL check: {exc}")
+            issue_passed = (
+                not issue.execution_error
+                and not issue.timeout_error
+                and issue.tests_run > 0
+                and issue.passed == issue.tests_run
+            )
+        try:
+            result = self._phase(task, pred)
+        except JobTimeout as exc:
+            result = PhaseResult(0, 0, errors=(str(exc),), timeout_error=True)
+        except (WorkerError, PoolError) as exc:
+            return self._report(task, _FAILED, issue_passed, infra_error=str(exc))
+        return self._report(task, result, issue_passed)
+
+    def evaluate_many(
+        self,
+        items: Iterable[tuple[Task, Sequence[str] | str]],
+        progress: Callable[[TestReport], None] | None = None,
+    ) -> list[TestReport]:
+        """Score many (task, prediction) pairs in parallel; reports in input order."""
+        items = list(items)
+        with ThreadPoolExecutor(max_workers=self.config.workers) as executor:
+            futures = [executor.submit(self.evaluate, task, pred) for task, pred in items]
+            reports = []
+            for future in futures:
+                report = future.result()
+                if progress is not None:
+                    progress(report)
+                reports.append(report)
+        return reports
+
+    def execution_accuracy(self, task: TextToSQLTask, pred_sql: str) -> ExReport:
+        """EX of a text-to-SQL prediction: result multisets of prediction and gold equal."""
+
+        def job(path: str) -> ExJob:
+            return ExJob(path, pred_sql, task.sql, self.config.statement_timeout_s)
+
+        try:
+            out = self._run(task.db_id, job)
+        except JobTimeout as exc:
+            return ExReport(task.question_id, task.db_id, False, error=str(exc))
+        except (WorkerError, PoolError) as exc:
+            return ExReport(task.question_id, task.db_id, False, infra_error=str(exc))
+        assert isinstance(out, ExResult)
+        return ExReport(task.question_id, task.db_id, out.correct, out.error, out.gold_error)
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+        self.pool.close()
+        self._remove_tmp()
+
+    def __enter__(self) -> Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _issue_phase(self, task: Task) -> PhaseResult:
+        key = (
+            task.instance_id,
+            hash((task.issue_sql, task.sol_sql, task.test_cases, task.preprocess_sql)),
+        )
+        if self.config.cache_issue_check and key in self._issue_cache:
+            return self._issue_cache[key]
+        result = self._phase(task, task.issue_sql)
+        if self.config.cache_issue_check:
+            self._issue_cache[key] = result
+        return result
+
+    def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:
+        def job(path: str) -> PhaseJob:
+            return PhaseJob(
+                db_path=path,
+                sql=sql,
+                sol_sql=task.sol_sql,
+                preprocess_sql=task.preprocess_sql,
+                clean_up_sql=task.clean_up_sql,
+                test_cases=task.test_cases,
+                conditions=dict(task.conditions),
+                statement_timeout_s=self.config.statement_timeout_s,
+                official_quirks=self.config.official_quirks,
+            )
+
+        out = self._run(task.db_id, job)
+        assert isinstance(out, PhaseResult)
+        return out
+
+    def _run(
+        self, db_id: str, make_job: Callable[[str], PhaseJob | ExJob]
+    ) -> PhaseResult | ExResult:
+        """Lease a fresh replica, run the job on a free worker, release the lease."""
+        traj_id = f"eval-{next(self._ids)}"
+        with self._free_cond:
+            while not self._free:
+                self._free_cond.wait()
+            index = self._free.pop()
+        try:
+            with self.pool.lease(traj_id, db_id) as lease:
+                return self._workers[index].run(
+                    make_job(str(lease.path)), self.config.job_timeout_s
+                )
+        finally:
+            with self._free_cond:
+                self._free.append(index)
+                self._free_cond.notify()
+
+    def _report(
+        self, task: Task, result: PhaseResult, issue_passed: bool, infra_error: str | None = None
+    ) -> TestReport:
+        return TestReport(
+            instance_id=task.instance_id,
+            db_id=task.db_id,
+            category=task.category.value,
+            passed=result.passed,
+            tests_run=result.tests_run,
+            total_test_cases=len(task.test_cases),
+            failed_tests=result.failed_tests,
+            errors=result.errors,
+            execution_error=result.execution_error,
+            timeout_error=result.timeout_error,
+            issue_sql_passed=issue_passed,
+            infra_error=infra_error,
+        )
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

@@ -1,0 +1,144 @@
+"""Scoring a whole task set: predictions files in the official format, the scripted
+baselines, validation of tasks, and the library call behind ``birdrl eval``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.evaluator import EvalConfig, Evaluator, TestReport
+from birdrl.evaluation.metrics import Summary, summarize
+from birdrl.tasks.model import Task
+
+__all__ = [
+    "PredictionsError",
+    "SuiteResult",
+    "ValidationResult",
+    "evaluate_suite",
+    "load_predictions",
+    "scripted_predictions",
+    "validate_tasks",
+    "write_predictions",
+]
+
+Predictions = dict[str, list[str]]
+
+
+class PredictionsError(BirdrlError, ValueError):
+    """A predictions file is malformed (says which file and line)."""
+
+
+def load_predictions(path: str | Path) -> Predictions:
+    """Read ``{"instance_id": ..., "pred_sqls": [...]}`` lines (the official output format;
+    ``pred_sqls`` may also be a single string)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise PredictionsError(f"predictions file not found: {p}")
+    out: Predictions = {}
+    for number, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise PredictionsError(f"{p}, line {number}: invalid JSON: {exc.msg}") from None
+        if not isinstance(record, dict) or "instance_id" not in record:
+            raise PredictionsError(f"{p}, line {number}: field 'instance_id': missing")
+        sqls = record.get("pred_sqls", record.get("pred_sql"))
+        if isinstance(sqls, str):
+            sqls = [sqls]
+        if not isinstance(sqls, list) or not all(isinstance(s, str) for s in sqls):
+            raise PredictionsError(
+                f"{p}, line {number}: field 'pred_sqls': must be a list of SQL strings"
+            )
+        key = str(record["instance_id"])
+        if key in out:
+            raise PredictionsError(f"{p}, line {number}: duplicate instance_id {key!r}")
+        out[key] = sqls
+    return out
+
+
+def write_predictions(path: str | Path, predictions: Mapping[str, Sequence[str]]) -> Path:
+    """Write predictions in the official format, one JSON object per line."""
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8") as f:
+        for instance_id, sqls in predictions.items():
+            f.write(json.dumps({"instance_id": instance_id, "pred_sqls": list(sqls)}) + "\n")
+    return p
+
+
+def scripted_predictions(tasks: Iterable[Task], agent: Literal["gold", "issue"]) -> Predictions:
+    """The sanity baselines: submit the solution (must score 100%) or the issue SQL (0%)."""
+    if agent not in ("gold", "issue"):
+        raise ValueError(f"unknown scripted agent {agent!r}; choose 'gold' or 'issue'")
+    return {t.instance_id: list(t.sol_sql if agent == "gold" else t.issue_sql) for t in tasks}
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    reports: list[TestReport]
+    summary: Summary
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_dict(), "reports": [r.to_dict() for r in self.reports]}
+
+
+def evaluate_suite(
+    tasks: Sequence[Task],
+    databases: Mapping[str, Path],
+    predictions: Mapping[str, Sequence[str]],
+    config: EvalConfig | None = None,
+    progress: Callable[[TestReport], None] | None = None,
+) -> SuiteResult:
+    """Score `predictions` for `tasks`. A task without a prediction counts as failed (and
+    is counted in `missing_predictions`); predictions for unknown tasks are ignored."""
+    missing = [t for t in tasks if t.instance_id not in predictions]
+    with Evaluator(databases, config) as evaluator:
+        reports = evaluator.evaluate_many(
+            [(t, predictions.get(t.instance_id, [])) for t in tasks], progress=progress
+        )
+    return SuiteResult(reports, summarize(reports, missing_predictions=len(missing)))
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    instance_id: str
+    valid: bool
+    reason: str = ""
+
+
+def validate_tasks(
+    tasks: Sequence[Task],
+    databases: Mapping[str, Path],
+    config: EvalConfig | None = None,
+    progress: Callable[[TestReport], None] | None = None,
+) -> list[ValidationResult]:
+    """A task is valid iff its issue SQL fails at least one test and its solution passes
+    all of them (each on a fresh database state)."""
+    scorable = [t for t in tasks if t.has_reference]
+    out = {
+        t.instance_id: ValidationResult(t.instance_id, False, "no sol_sql: cannot be validated")
+        for t in tasks
+        if not t.has_reference
+    }
+    base = config or EvalConfig()
+    cfg = EvalConfig(**{**base.__dict__, "check_issue_sql": True})
+    with Evaluator(databases, cfg) as evaluator:
+        reports = evaluator.evaluate_many([(t, t.sol_sql) for t in scorable], progress=progress)
+    for t, report in zip(scorable, reports, strict=True):
+        if report.issue_sql_passed:
+            reason = "the issue SQL passes every test: the tests cannot tell the bug from the fix"
+        elif report.infra_error:
+            reason = f"evaluation failed: {report.infra_error}"
+        elif not report.success:
+            detail = "; ".join(report.errors) or "failed"
+            reason = f"the solution fails its tests: {detail}"
+        else:
+            reason = ""
+        out[t.instance_id] = ValidationResult(t.instance_id, not reason, reason)
+    return [out[t.instance_id] for t in tasks]

@@ -1,0 +1,72 @@
+"""Opening a task set with its databases: a task file plus a database root, or the bundled
+benchmark (``bundled:train`` / ``bundled:test``), which needs no download."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from birdrl.errors import BirdrlError
+from birdrl.tasks.load import LoadedTasks, load_tasks, resolve_databases
+
+__all__ = [
+    "BUNDLED_SPLITS",
+    "Benchmark",
+    "BenchmarkSpecError",
+    "bundled_task_file",
+    "open_benchmark",
+]
+
+BUNDLED_SPLITS = ("train", "test")
+
+
+class BenchmarkSpecError(BirdrlError, ValueError):
+    """A task source cannot be opened as given (unknown split, no database root, ...)."""
+
+
+@dataclass
+class Benchmark:
+    """Tasks with the database file of every db_id they use."""
+
+    name: str
+    tasks: LoadedTasks
+    databases: dict[str, Path]
+
+
+def bundled_task_file(split: str) -> Path:
+    """The shipped task file of a bundled split."""
+    if split not in BUNDLED_SPLITS:
+        raise BenchmarkSpecError(
+            f"unknown bundled split {split!r}; choose one of: {', '.join(BUNDLED_SPLITS)}"
+        )
+    path = Path(str(resources.files("birdrl.tasks.bundled") / "tasks" / f"{split}.jsonl"))
+    if not path.is_file():
+        raise BenchmarkSpecError(f"bundled task file missing from the installation: {path}")
+    return path
+
+
+def open_benchmark(
+    source: str | Path, db_root: str | Path | None = None, *, skip_invalid: bool = False
+) -> Benchmark:
+    """Load tasks from `source` (a file, ``hf:NAME[:SPLIT]`` or ``bundled:SPLIT``) and find
+    their databases under `db_root` (for ``bundled:``, the bundled databases are built into
+    their cache on first use when `db_root` is not given)."""
+    text = str(source)
+    if text.startswith("bundled:"):
+        path: str | Path = bundled_task_file(text.split(":", 1)[1])
+        if db_root is None:
+            from birdrl.tasks.bundled import default_db_root, ensure_databases
+
+            ensure_databases()
+            db_root = default_db_root()
+    else:
+        path = source
+        if db_root is None:
+            raise BenchmarkSpecError(
+                f"tasks from {text} need a database root (--db-root DIR holding "
+                "{db_id}/{db_id}.sqlite or {db_id}.sqlite)"
+            )
+    loaded = load_tasks(path, skip_invalid=skip_invalid)
+    databases = resolve_databases(loaded, db_root, skip_invalid=skip_invalid)
+    return Benchmark(text, loaded, databases)
