@@ -25,7 +25,6 @@ from birdrl.evaluation.suite import (
     write_predictions,
 )
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
-from birdrl.tasks.model import Task
 
 __all__ = ["eval_command", "progress_bar", "render_skipped", "render_summary"]
 
@@ -85,11 +84,7 @@ def eval_command(
             raise BirdrlError("give exactly one of --predictions FILE or --agent gold|issue")
         bench = open_benchmark(tasks, db_root, skip_invalid=skip_invalid)
         render_skipped(bench, console)
-        debug_tasks = [t for t in bench.tasks if isinstance(t, Task)]
-        if len(debug_tasks) != len(bench.tasks):
-            raise BirdrlError(
-                f"{tasks} holds text-to-SQL tasks; `birdrl eval` scores debugging tasks"
-            )
+        debug_tasks = bench.debugging_tasks()
         if agent is not None:
             if agent not in ("gold", "issue"):
                 raise BirdrlError(f"unknown agent {agent!r}: choose gold or issue")

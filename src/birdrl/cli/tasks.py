@@ -13,11 +13,9 @@ from birdrl.cli.evaluate import (
     progress_bar,
     render_skipped,
 )
-from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
 from birdrl.tasks.benchmark import open_benchmark
-from birdrl.tasks.model import Task
 
 __all__ = ["tasks_app"]
 
@@ -37,11 +35,7 @@ def validate_command(
     with clean_errors():
         bench = open_benchmark(source, db_root, skip_invalid=skip_invalid)
         render_skipped(bench, console)
-        tasks = [t for t in bench.tasks if isinstance(t, Task)]
-        if len(tasks) != len(bench.tasks):
-            raise BirdrlError(
-                f"{source} holds text-to-SQL tasks; only debugging tasks are validated"
-            )
+        tasks = bench.debugging_tasks()
         config = EvalConfig() if workers is None else EvalConfig(workers=workers)
         with progress_bar(len(tasks), "validating") as advance:
             results = validate_tasks(tasks, bench.databases, config, progress=advance)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from birdrl.errors import BirdrlError
 from birdrl.tasks.load import LoadedTasks, load_tasks, resolve_databases
+from birdrl.tasks.model import Task
 
 __all__ = [
     "BUNDLED_SPLITS",
@@ -32,6 +33,13 @@ class Benchmark:
     name: str
     tasks: LoadedTasks
     databases: dict[str, Path]
+
+    def debugging_tasks(self) -> list[Task]:
+        """The tasks as debugging tasks; raises if the set holds text-to-SQL tasks."""
+        tasks = [t for t in self.tasks if isinstance(t, Task)]
+        if len(tasks) != len(self.tasks):
+            raise BenchmarkSpecError(f"{self.name} holds text-to-SQL tasks, not debugging tasks")
+        return tasks
 
 
 def bundled_task_file(split: str) -> Path:

@@ -1,0 +1,123 @@
+"""The bundled benchmark's tasks: shape of the splits, validity of every task, and the two
+sanity anchors (gold scores 100%, the buggy SQL 0%)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from birdrl.cli import app
+from birdrl.evaluation import EvalConfig
+from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, validate_tasks
+from birdrl.tasks import Category, Task
+from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
+from birdrl.tasks.bundled.splits import make_splits, tasks_dir
+
+MUTATING = ("UPDATE", "DELETE", "INSERT", "ALTER", "CREATE", "DROP", "REPLACE")
+
+
+@pytest.fixture(scope="module")
+def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bundled-dbs")
+    build_databases(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def splits(db_root: Path) -> dict[str, list[Task]]:
+    out = {}
+    for split in ("train", "test"):
+        bench = open_benchmark(f"bundled:{split}", db_root)
+        assert not bench.tasks.skipped
+        out[split] = [t for t in bench.tasks if isinstance(t, Task)]
+    return out
+
+
+def test_shipped_splits_match_their_sources() -> None:
+    for name, text in make_splits().items():
+        shipped = (tasks_dir() / f"{name}.jsonl").read_text(encoding="utf-8")
+        assert shipped == text, f"{name}.jsonl is stale: run python -m birdrl.tasks.bundled.splits"
+
+
+def test_split_shape(splits: dict[str, list[Task]]) -> None:
+    train, test = splits["train"], splits["test"]
+    assert len(train) + len(test) >= 150
+    assert {t.instance_id for t in train}.isdisjoint({t.instance_id for t in test})
+    assert {t.query for t in train}.isdisjoint({t.query for t in test})
+    for tasks in (train, test):
+        assert {t.category for t in tasks} == set(Category)
+        assert {t.db_id for t in tasks} == set(BUNDLED_DB_IDS)
+    everything = train + test
+    assert len({t.query for t in everything}) == len(everything)
+    counts = Counter(t.category for t in everything)
+    assert min(counts.values()) >= 20, counts
+
+
+def test_management_tasks_change_state_and_have_tests(splits: dict[str, list[Task]]) -> None:
+    for task in splits["train"] + splits["test"]:
+        if task.category is Category.MANAGEMENT:
+            assert task.test_cases, task.instance_id
+            assert any(s.lstrip().upper().startswith(MUTATING) for s in task.sol_sql), (
+                task.instance_id
+            )
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_every_task_is_valid(splits: dict[str, list[Task]], db_root: Path, split: str) -> None:
+    tasks = splits[split]
+    databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
+    results = validate_tasks(tasks, databases, EvalConfig(workers=2))
+    invalid = [f"{r.instance_id}: {r.reason}" for r in results if not r.valid]
+    assert not invalid, "\n".join(invalid)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_gold_scores_100_and_issue_scores_0(splits, db_root: Path, split: str) -> None:
+    tasks = splits[split]
+    databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
+    config = EvalConfig(workers=2)
+    gold = evaluate_suite(tasks, databases, scripted_predictions(tasks, "gold"), config)
+    assert gold.summary.overall.rate == 100.0, [r for r in gold.reports if not r.success][:3]
+    issue = evaluate_suite(tasks, databases, scripted_predictions(tasks, "issue"), config)
+    assert issue.summary.overall.rate == 0.0
+    for name, score in gold.summary.by_category.items():
+        assert score.rate == 100.0, name
+
+
+def test_cli_eval_on_bundled_test(db_root: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    preds = tmp_path / "preds.jsonl"
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        ["eval", "--agent", "gold", "--db-root", str(db_root), "--json", str(report),
+         "--export-predictions", str(preds), "--workers", "2"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "100.0" in result.output
+    data = json.loads(report.read_text())
+    assert data["summary"]["overall"]["rate"] == 100.0
+    # the exported predictions score the same when read back
+    again = runner.invoke(
+        app,
+        ["eval", "--predictions", str(preds), "--db-root", str(db_root), "--workers", "2"],
+    )
+    assert again.exit_code == 0 and "100.0" in again.output
+
+
+def test_cli_validate_reports_invalid_tasks(db_root: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    record = {
+        "instance_id": "x1", "db_id": "chinook", "query": "q", "category": "Query",
+        "issue_sql": ["SELECT count(*) FROM Artist"], "sol_sql": ["SELECT count(*) FROM Artist"],
+    }  # fmt: skip
+    bad.write_text(json.dumps(record) + "\n")
+    result = CliRunner().invoke(app, ["tasks", "validate", str(bad), "--db-root", str(db_root)])
+    assert result.exit_code == 1
+    assert "x1" in result.output and "issue SQL passes every test" in result.output
+    assert "0 of 1 tasks valid" in result.output
