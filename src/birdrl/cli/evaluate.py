@@ -7,21 +7,25 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from birdrl.agents.base import GenerationConfig
+from birdrl.agents.evaluate import evaluate_agent
+from birdrl.agents.registry import AGENT_SPECS, make_agent
+from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
+from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
-from birdrl.evaluation.evaluator import EvalConfig, TestReport
+from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Summary
 from birdrl.evaluation.suite import (
     evaluate_suite,
     load_predictions,
-    scripted_predictions,
     write_predictions,
 )
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
@@ -58,10 +62,11 @@ def eval_command(
     ] = None,
     agent: Annotated[
         str | None,
-        typer.Option(
-            help="Scripted baseline instead of predictions: gold (sol_sql) or issue (issue_sql)."
-        ),
+        typer.Option(help=f"Run an agent in the environment instead: {AGENT_SPECS}."),
     ] = None,
+    mode: Annotated[
+        str, typer.Option(help="agent: multi-turn with tools; single: one answer, no tools.")
+    ] = "agent",
     db_root: DbRootOption = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the full per-task report as JSON here.")
@@ -70,6 +75,13 @@ def eval_command(
         Path | None,
         typer.Option(help="Also write the predictions scored, in the official format, here."),
     ] = None,
+    trajectories: Annotated[
+        Path | None, typer.Option(help="With --agent: write every episode as JSONL here.")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(help="With --agent: episodes in flight.")] = 8,
+    max_tool_calls: Annotated[int, typer.Option(help="With --agent: tool calls per episode.")] = 5,
+    max_new_tokens: Annotated[int, typer.Option(help="Model agents: tokens per turn.")] = 512,
+    temperature: Annotated[float, typer.Option(help="Model agents: 0 = greedy.")] = 0.0,
     workers: WorkersOption = None,
     skip_invalid: SkipOption = False,
     fix_quirks: Annotated[
@@ -77,38 +89,61 @@ def eval_command(
         typer.Option(help="Do not reproduce the official evaluator's quirks (scores then differ)."),
     ] = False,
 ) -> None:
-    """Score predictions on a task set: success rate overall and per category."""
+    """Score predictions, or an agent acting in the environment, on a task set: success
+    rate overall and per category."""
     console = results_console()
     with clean_errors():
         if (predictions is None) == (agent is None):
-            raise BirdrlError("give exactly one of --predictions FILE or --agent gold|issue")
+            raise BirdrlError(f"give exactly one of --predictions FILE or --agent ({AGENT_SPECS})")
+        if mode not in ("agent", "single"):
+            raise BirdrlError(f"--mode must be agent or single, got {mode!r}")
         bench = open_benchmark(tasks, db_root, skip_invalid=skip_invalid)
         render_skipped(bench, console)
         debug_tasks = bench.debugging_tasks()
-        if agent is not None:
-            if agent not in ("gold", "issue"):
-                raise BirdrlError(f"unknown agent {agent!r}: choose gold or issue")
-            kind: Literal["gold", "issue"] = "gold" if agent == "gold" else "issue"
-            preds = scripted_predictions(debug_tasks, kind)
-        else:
-            assert predictions is not None
-            preds = load_predictions(predictions)
-        if export_predictions is not None:
-            written = write_predictions(export_predictions, preds)
-            console.print(f"predictions written to [bold]{written}[/]", highlight=False)
         config = EvalConfig(official_quirks=not fix_quirks)
         if workers is not None:
             config = replace(config, workers=workers)
-        with progress_bar(len(debug_tasks), "evaluating") as advance:
-            result = evaluate_suite(debug_tasks, bench.databases, preds, config, progress=advance)
-        render_summary(result.summary, f"{tasks} ({agent or predictions})", console)
+        if agent is not None:
+            generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
+            runner = make_agent(agent, mode=mode, generation=generation)
+            rollout = RolloutConfig(
+                concurrency=concurrency,
+                env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
+            )
+            with progress_bar(len(debug_tasks), "episodes") as advance:
+                outcome = evaluate_agent(
+                    debug_tasks,
+                    bench.databases,
+                    runner,
+                    rollout,
+                    config,
+                    progress=advance,
+                    token_counter=getattr(runner, "count_tokens", None),
+                )
+            preds = outcome.predictions()
+            summary, report = outcome.summary, outcome.to_dict()
+            if trajectories is not None:
+                path = write_trajectories(trajectories, outcome.trajectories)
+                console.print(f"trajectories written to [bold]{path}[/]", highlight=False)
+        else:
+            assert predictions is not None
+            preds = load_predictions(predictions)
+            with progress_bar(len(debug_tasks), "evaluating") as advance:
+                result = evaluate_suite(
+                    debug_tasks, bench.databases, preds, config, progress=advance
+                )
+            summary, report = result.summary, result.to_dict()
+        if export_predictions is not None:
+            written = write_predictions(export_predictions, preds)
+            console.print(f"predictions written to [bold]{written}[/]", highlight=False)
+        render_summary(summary, f"{tasks} ({agent or predictions})", console)
         if json_path is not None:
-            json_path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+            json_path.write_text(json.dumps(report, indent=2) + "\n")
             console.print(f"report written to [bold]{json_path}[/]", highlight=False)
 
 
 @contextmanager
-def progress_bar(total: int, label: str) -> Iterator[Callable[[TestReport], None]]:
+def progress_bar(total: int, label: str) -> Iterator[Callable[[Any], None]]:
     """A transient rich progress bar on stderr; yields a callback that advances it."""
     progress = Progress(
         TextColumn(f"{label:<12}"),
@@ -120,7 +155,7 @@ def progress_bar(total: int, label: str) -> Iterator[Callable[[TestReport], None
     )
     task = progress.add_task(label, total=total)
 
-    def advance(_report: TestReport) -> None:
+    def advance(_item: Any) -> None:
         progress.advance(task)
 
     with progress:
@@ -150,3 +185,12 @@ def render_summary(summary: Summary, title: str, console: Console) -> None:
         f"invalid tasks {summary.invalid_tasks}, missing predictions {summary.missing_predictions}",
         highlight=False,
     )
+    extra = summary.extra
+    if extra:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(extra.get("stop_reasons", {}).items()))
+        console.print(
+            f"episodes: average turns {extra.get('avg_turns', 0):.2f}, tool-call validity "
+            f"{100 * extra.get('tool_call_validity', 1):.1f}%, episodes that changed their "
+            f"database {extra.get('mutated_episodes', 0)}; stop reasons: {reasons}",
+            highlight=False,
+        )

@@ -155,6 +155,12 @@ class Lease:
         """`execute` in a worker thread, for asyncio callers."""
         return await asyncio.to_thread(self.execute, sql)
 
+    def reset_connection(self) -> None:
+        """Close the guarded connection (rolling back an open transaction, dropping TEMP
+        objects and connection PRAGMAs); the next `execute` opens a fresh one. Use it before
+        handing `path` to another process that must write, e.g. to score a submission."""
+        self._close_box()
+
     def release(self) -> bool:
         """Give the replica back (same as `ReplicaPool.release(traj_id)`)."""
         return self._pool.release(self.traj_id)

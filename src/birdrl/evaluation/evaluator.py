@@ -34,6 +34,15 @@ __all__ = ["EvalConfig", "Evaluator", "ExReport", "TaskNotScorableError", "TestR
 _FAILED = PhaseResult(passed=0, tests_run=0)
 
 
+def _all_passed(result: PhaseResult) -> bool:
+    return (
+        not result.execution_error
+        and not result.timeout_error
+        and result.tests_run > 0
+        and result.passed == result.tests_run
+    )
+
+
 class TaskNotScorableError(BirdrlError, ValueError):
     """The task has no reference solution (a public release): it can be used for inference
     only."""
@@ -177,12 +186,7 @@ class Evaluator:
                 issue = PhaseResult(0, 0, errors=(str(exc),), timeout_error=True)
             except (WorkerError, PoolError) as exc:
                 return self._report(task, _FAILED, False, infra_error=f"issue-SQL check: {exc}")
-            issue_passed = (
-                not issue.execution_error
-                and not issue.timeout_error
-                and issue.tests_run > 0
-                and issue.passed == issue.tests_run
-            )
+            issue_passed = _all_passed(issue)
         try:
             result = self._phase(task, pred)
         except JobTimeout as exc:
@@ -190,6 +194,35 @@ class Evaluator:
         except (WorkerError, PoolError) as exc:
             return self._report(task, _FAILED, issue_passed, infra_error=str(exc))
         return self._report(task, result, issue_passed)
+
+    def evaluate_in_place(
+        self, task: Task, pred_sqls: Sequence[str] | str, db_path: str | Path
+    ) -> TestReport:
+        """Score a submission on an existing database file (a trajectory's own replica, whose
+        state the episode already set up: `preprocess_sql` is not run again). Phase 1 still
+        runs on a fresh state. The file must have no open connection holding a write lock."""
+        if not task.has_reference:
+            raise TaskNotScorableError(
+                f"task {task.instance_id!r} has no sol_sql: cannot be scored"
+            )
+        pred = (pred_sqls,) if isinstance(pred_sqls, str) else tuple(pred_sqls)
+        issue_passed = False
+        if self.config.check_issue_sql and task.issue_sql:
+            try:
+                issue_passed = _all_passed(self._issue_phase(task))
+            except JobTimeout:
+                issue_passed = False
+            except (WorkerError, PoolError) as exc:
+                return self._report(task, _FAILED, False, infra_error=f"issue-SQL check: {exc}")
+        job = self._phase_job(task, pred, str(db_path), preprocess=False)
+        try:
+            out = self._on_worker(lambda worker: worker.run(job, self.config.job_timeout_s))
+        except JobTimeout as exc:
+            out = PhaseResult(0, 0, errors=(str(exc),), timeout_error=True)
+        except WorkerError as exc:
+            return self._report(task, _FAILED, issue_passed, infra_error=str(exc))
+        assert isinstance(out, PhaseResult)
+        return self._report(task, out, issue_passed)
 
     def evaluate_many(
         self,
@@ -249,42 +282,50 @@ class Evaluator:
             self._issue_cache[key] = result
         return result
 
-    def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:
-        def job(path: str) -> PhaseJob:
-            return PhaseJob(
-                db_path=path,
-                sql=sql,
-                sol_sql=task.sol_sql,
-                preprocess_sql=task.preprocess_sql,
-                clean_up_sql=task.clean_up_sql,
-                test_cases=task.test_cases,
-                conditions=dict(task.conditions),
-                statement_timeout_s=self.config.statement_timeout_s,
-                official_quirks=self.config.official_quirks,
-            )
+    def _phase_job(
+        self, task: Task, sql: tuple[str, ...], path: str, preprocess: bool = True
+    ) -> PhaseJob:
+        return PhaseJob(
+            db_path=path,
+            sql=sql,
+            sol_sql=task.sol_sql,
+            preprocess_sql=task.preprocess_sql if preprocess else (),
+            clean_up_sql=task.clean_up_sql,
+            test_cases=task.test_cases,
+            conditions=dict(task.conditions),
+            statement_timeout_s=self.config.statement_timeout_s,
+            official_quirks=self.config.official_quirks,
+        )
 
-        out = self._run(task.db_id, job)
+    def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:
+        out = self._run(task.db_id, lambda path: self._phase_job(task, sql, path))
         assert isinstance(out, PhaseResult)
         return out
+
+    def _on_worker(self, call: Callable[[Worker], Any]) -> Any:
+        """Run `call` with a free worker process (waiting for one if all are busy)."""
+        with self._free_cond:
+            while not self._free:
+                self._free_cond.wait()
+            index = self._free.pop()
+        try:
+            return call(self._workers[index])
+        finally:
+            with self._free_cond:
+                self._free.append(index)
+                self._free_cond.notify()
 
     def _run(
         self, db_id: str, make_job: Callable[[str], PhaseJob | ExJob]
     ) -> PhaseResult | ExResult:
         """Lease a fresh replica, run the job on a free worker, release the lease."""
         traj_id = f"eval-{next(self._ids)}"
-        with self._free_cond:
-            while not self._free:
-                self._free_cond.wait()
-            index = self._free.pop()
-        try:
+
+        def call(worker: Worker) -> Any:
             with self.pool.lease(traj_id, db_id) as lease:
-                return self._workers[index].run(
-                    make_job(str(lease.path)), self.config.job_timeout_s
-                )
-        finally:
-            with self._free_cond:
-                self._free.append(index)
-                self._free_cond.notify()
+                return worker.run(make_job(str(lease.path)), self.config.job_timeout_s)
+
+        return self._on_worker(call)
 
     def _report(
         self, task: Task, result: PhaseResult, issue_passed: bool, infra_error: str | None = None

@@ -1,0 +1,1 @@
+"""Who acts: scripted baselines, local Hugging Face models, OpenAI-compatible endpoints, vLLM."""

@@ -1,0 +1,90 @@
+"""Evaluating an agent in the environment: the library call behind ``birdrl eval --agent``.
+
+Builds the pool and the evaluator for the task set, runs one episode per task, and
+summarises: success rate overall and per category (the same metric as for predictions),
+plus average turns, tool-call validity and stop-reason counts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from birdrl.agents.rollout import RolloutConfig, Trajectory, run_episodes
+from birdrl.db.pool import PoolConfig, ReplicaPool
+from birdrl.env.types import Message
+from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.metrics import Score, Summary
+from birdrl.tasks.model import Category, Task
+
+__all__ = ["AgentEvalResult", "evaluate_agent", "summarize_trajectories"]
+
+
+@dataclass(frozen=True)
+class AgentEvalResult:
+    trajectories: list[Trajectory]
+    summary: Summary
+
+    def predictions(self) -> dict[str, list[str]]:
+        """The submissions in the official predictions format (empty list if none)."""
+        return {t.instance_id: list(t.submission or []) for t in self.trajectories}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary.to_dict(),
+            "episodes": [
+                {k: v for k, v in t.to_dict().items() if k != "messages"} for t in self.trajectories
+            ],
+        }
+
+
+def summarize_trajectories(trajectories: Sequence[Trajectory]) -> Summary:
+    """SR overall and per category, and what the episodes looked like."""
+    by_category = {}
+    for category in Category:
+        rows = [t for t in trajectories if t.category == category.value]
+        if rows:
+            by_category[category.value] = Score(len(rows), sum(t.success for t in rows))
+    n = len(trajectories)
+    calls = sum(t.tool_calls for t in trajectories)
+    invalid = sum(t.invalid_tool_calls for t in trajectories)
+    return Summary(
+        overall=Score(n, sum(t.success for t in trajectories)),
+        by_category=by_category,
+        mean_reward=sum(t.reward for t in trajectories) / n if n else 0.0,
+        execution_errors=0,
+        timeouts=sum(t.stop_reason == "timeout" for t in trajectories),
+        infra_errors=sum(t.infra_error is not None for t in trajectories),
+        invalid_tasks=0,
+        extra={
+            "avg_turns": sum(t.turns for t in trajectories) / n if n else 0.0,
+            "tool_call_validity": (calls - invalid) / calls if calls else 1.0,
+            "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
+            "mutated_episodes": sum(t.mutated for t in trajectories),
+        },
+    )
+
+
+def evaluate_agent(
+    tasks: Sequence[Task],
+    databases: Mapping[str, Path],
+    agent: Any,
+    rollout: RolloutConfig | None = None,
+    eval_config: EvalConfig | None = None,
+    progress: Callable[[Trajectory], None] | None = None,
+    token_counter: Callable[[Sequence[Message]], int] | None = None,
+) -> AgentEvalResult:
+    """Run `agent` on every task in the environment and score it."""
+    cfg = rollout or RolloutConfig()
+    used = {t.db_id: databases[t.db_id] for t in tasks}
+    with tempfile.TemporaryDirectory(prefix="birdrl-rollout-") as root:
+        pool_config = PoolConfig(root=Path(root), replicas_per_db=max(cfg.concurrency, 1))
+        with ReplicaPool(used, pool_config) as pool, Evaluator(used, eval_config) as evaluator:
+            trajectories = run_episodes(
+                tasks, agent, pool, evaluator, replace(cfg, worker_id=None), progress, token_counter
+            )
+    return AgentEvalResult(trajectories, summarize_trajectories(trajectories))

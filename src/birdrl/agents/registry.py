@@ -1,0 +1,41 @@
+"""Agents by name, as the CLI spells them: ``gold``, ``issue``, ``explorer``, ``embedded``,
+``hf:PATH``, ``openai:MODEL``, ``vllm:PATH``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from birdrl.agents.base import GenerationConfig
+from birdrl.agents.scripted import SCRIPTED_AGENTS, ScriptedAgent
+from birdrl.errors import BirdrlError
+
+__all__ = ["AGENT_SPECS", "UnknownAgentError", "make_agent"]
+
+AGENT_SPECS = "gold | issue | explorer | embedded | hf:PATH | openai:MODEL | vllm:PATH"
+
+
+class UnknownAgentError(BirdrlError, ValueError):
+    """An agent spec that names no known kind of agent."""
+
+
+def make_agent(
+    spec: str, *, mode: str = "agent", generation: GenerationConfig | None = None
+) -> Any:
+    """Build the agent that `spec` names (model-backed agents load their model here)."""
+    if spec in SCRIPTED_AGENTS:
+        return ScriptedAgent(spec, mode=mode)  # type: ignore[arg-type]
+    kind, _, target = spec.partition(":")
+    if spec == "embedded" or kind == "hf":
+        from birdrl.agents.hf import HFAgent
+
+        return HFAgent(target or "embedded", generation=generation)
+    if kind == "openai" and target:
+        from birdrl.agents.openai_api import OpenAIAgent, OpenAIConfig
+
+        config = OpenAIConfig(model=target, generation=generation or GenerationConfig())
+        return OpenAIAgent(config)
+    if kind == "vllm" and target:
+        from birdrl.agents.vllm_agent import VLLMAgent
+
+        return VLLMAgent(target, generation)
+    raise UnknownAgentError(f"unknown agent {spec!r}; use one of: {AGENT_SPECS}")

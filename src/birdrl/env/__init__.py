@@ -1,0 +1,1 @@
+"""The SQL-Act environment: tools, tool-call parsing, prompts, and `SQLActEnv`."""

@@ -1,0 +1,100 @@
+"""Prompts: the system prompt (tools and answer protocol), the user prompt (the issue, the
+buggy SQL, the database schema with a few sample rows), and the single-turn variant."""
+
+from __future__ import annotations
+
+import sqlite3
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import quote
+
+from birdrl.env.types import Message
+from birdrl.tasks.model import Task
+
+__all__ = ["SYSTEM_AGENT", "SYSTEM_SINGLE", "build_messages", "render_schema"]
+
+SYSTEM_AGENT = """You are an expert SQLite engineer helping a user fix a SQL problem.
+You work on a private copy of the user's database with two tools:
+- execute_sql(sql): run SQL and see the result or the error. Changes you make persist and are seen by your final solution, so explore with SELECT statements and do not apply the fix before submitting.
+- submit_solution(sql): submit the fixed SQL (a string, or a list of statements) and end the conversation. It is run once and checked by hidden tests.
+Call a tool by writing exactly:
+<tool_call>
+{"name": "execute_sql", "arguments": {"sql": "SELECT ..."}}
+</tool_call>
+Think briefly, inspect the data when useful, then submit. You have a limited number of tool calls."""
+
+SYSTEM_SINGLE = """You are an expert SQLite engineer helping a user fix a SQL problem.
+Explain the bug briefly, then give the complete fixed SQL inside an answer block:
+<answer>
+```sql
+-- the fixed SQL (several statements are separated by semicolons)
+```
+</answer>"""
+
+
+@lru_cache(maxsize=64)
+def _schema_text(path: str, mtime_ns: int, sample_rows: int) -> str:
+    conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+    try:
+        objects = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY CASE type WHEN 'table' THEN 0 "
+            "WHEN 'view' THEN 1 ELSE 2 END, name"
+        ).fetchall()
+        parts = []
+        for kind, name, sql in objects:
+            parts.append(sql.strip() + ";")
+            if kind == "table" and sample_rows > 0:
+                quoted = '"' + name.replace('"', '""') + '"'
+                cur = conn.execute(f"SELECT * FROM {quoted} LIMIT {sample_rows}")
+                cols = [d[0] for d in cur.description]
+                rows = cur.fetchall()
+                if rows:
+                    sample = "\n".join(
+                        "  " + ", ".join(f"{c}={v!r}"[:80] for c, v in zip(cols, row, strict=True))
+                        for row in rows
+                    )
+                    parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
+        return "\n".join(parts)
+    finally:
+        conn.close()
+
+
+def render_schema(db_path: str | Path, sample_rows: int = 3, budget_chars: int = 8000) -> str:
+    """CREATE statements of tables, views, indexes and triggers, with a few sample rows per
+    table, cut to `budget_chars` (read from the template, read-only, cached)."""
+    p = Path(db_path).resolve()
+    text = _schema_text(str(p), p.stat().st_mtime_ns, sample_rows)
+    if len(text) > budget_chars:
+        text = text[:budget_chars].rsplit("\n", 1)[0] + "\n/* ... schema truncated ... */"
+    return text
+
+
+def _user_prompt(task: Task, schema: str, single: bool) -> str:
+    sql = "\n".join(s.strip().rstrip(";") + ";" for s in task.issue_sql)
+    tail = (
+        "Give the fixed SQL in an <answer> block."
+        if single
+        else "Use the tools to investigate, then submit the fixed SQL with submit_solution."
+    )
+    return (
+        f"Database schema:\n{schema}\n\n"
+        f"User issue:\n{task.query.strip()}\n\n"
+        f"The user's SQL:\n```sql\n{sql}\n```\n\n{tail}"
+    )
+
+
+def build_messages(
+    task: Task,
+    db_path: str | Path,
+    *,
+    single_turn: bool = False,
+    sample_rows: int = 3,
+    budget_chars: int = 8000,
+) -> list[Message]:
+    """The opening conversation of an episode."""
+    schema = render_schema(db_path, sample_rows, budget_chars)
+    return [
+        {"role": "system", "content": SYSTEM_SINGLE if single_turn else SYSTEM_AGENT},
+        {"role": "user", "content": _user_prompt(task, schema, single_turn)},
+    ]

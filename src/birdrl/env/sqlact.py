@@ -1,0 +1,321 @@
+"""`SQLActEnv`: one episode of SQL debugging around one trajectory-scoped lease.
+
+``reset(task)`` leases a replica for the trajectory and runs the task's ``preprocess_sql``
+on it; each ``step(model_text)`` reads the tool calls, runs ``execute_sql`` on that same
+replica (changes persist) or scores ``submit_solution`` with the evaluator on that same
+replica (the benchmark's flow: the submission, then the hidden tests); ``close()`` releases
+the lease. Episodes end on submit, at the tool-call limit, when the conversation outgrows
+the context budget, or at the episode's time limit; infrastructure failures end the
+episode with `StopReason.INFRA_ERROR` and are never scored as a wrong answer.
+
+In single-turn mode the model answers once with the fixed SQL in an ``<answer>`` block; the
+answer is scored on a fresh database state, exactly like a benchmark prediction.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from birdrl.db.errors import PoolError
+from birdrl.db.pool import Lease, ReplicaPool
+from birdrl.env.parse import extract_answer, parse_turn, sql_argument
+from birdrl.env.prompts import build_messages
+from birdrl.env.tools import TOOL_NAMES, TOOLS, format_result
+from birdrl.env.types import Message, StepResult, StopReason, ToolCall
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.evaluator import Evaluator, TestReport
+from birdrl.tasks.model import Task
+
+__all__ = ["EnvConfig", "EnvError", "SQLActEnv", "approx_tokens"]
+
+
+class EnvError(BirdrlError):
+    """The environment was used wrongly (step before reset, step after the end, ...)."""
+
+
+def approx_tokens(messages: Sequence[Message]) -> int:
+    """A tokenizer-free estimate (4 characters per token) for the context budget."""
+    return sum(len(str(m.get("content") or "")) for m in messages) // 4 + 4 * len(messages)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """How episodes run."""
+
+    mode: Literal["agent", "single"] = "agent"
+    """``agent``: multi-turn with tools; ``single``: one answer, no tools."""
+    max_tool_calls: int = 5
+    """Tool calls (and unparseable turns) allowed before the episode is cut (MAX_TURNS)."""
+    max_context_tokens: int | None = 16_384
+    """Cut the episode (CONTEXT_FULL) when the conversation grows past this many tokens."""
+    episode_timeout_s: float | None = None
+    """Cut the episode (TIMEOUT) when it has run this long, checked at each step."""
+    observation_rows: int = 20
+    observation_chars: int = 4000
+    schema_budget_chars: int = 8000
+    sample_rows: int = 3
+
+
+@dataclass
+class _Episode:
+    task: Task
+    traj_id: str
+    lease: Lease | None
+    messages: list[Message]
+    started: float
+    tool_calls: int = 0
+    invalid_calls: int = 0
+    turns: int = 0
+    mutated: bool = False
+    done: bool = False
+    report: TestReport | None = None
+    submission: list[str] | None = None
+    turn_log: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SQLActEnv:
+    """The SQL-Act environment. Constructed once, reset often; not thread-safe (use one
+    instance per concurrent episode; the pool and evaluator are shared)."""
+
+    tools = TOOLS
+
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        evaluator: Evaluator,
+        config: EnvConfig | None = None,
+        *,
+        worker_id: int | None = None,
+        token_counter: Callable[[Sequence[Message]], int] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.evaluator = evaluator
+        self.config = config or EnvConfig()
+        self.worker_id = worker_id
+        self.count_tokens = token_counter or approx_tokens
+        self._ep: _Episode | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def reset(
+        self, task: Task, traj_id: str | None = None, *, acquire_timeout: float | None = None
+    ) -> list[Message]:
+        """Start an episode on `task`; returns the opening messages. Releases the previous
+        episode's lease first (environments are reused across episodes). Waits up to
+        `acquire_timeout` seconds for a free replica (default: the pool's), then raises
+        `AcquireTimeout`."""
+        self.close()
+        traj = traj_id or f"traj-{uuid.uuid4().hex[:12]}"
+        template = (
+            self.pool.templates[task.db_id].path if task.db_id in self.pool.templates else None
+        )
+        if template is None:
+            raise EnvError(f"task {task.instance_id!r}: db_id {task.db_id!r} is not in the pool")
+        single = self.config.mode == "single"
+        messages = build_messages(
+            task,
+            template,
+            single_turn=single,
+            sample_rows=self.config.sample_rows,
+            budget_chars=self.config.schema_budget_chars,
+        )
+        lease = None
+        if not single:
+            lease = self.pool.acquire(
+                traj, task.db_id, worker_id=self.worker_id, timeout=acquire_timeout
+            )
+            try:
+                for sql in task.preprocess_sql:
+                    result = lease.execute(sql)
+                    if not result.ok:
+                        raise EnvError(
+                            f"task {task.instance_id!r}: preprocess_sql failed: {result.error}"
+                        )
+                lease.reset_connection()
+            except BaseException:
+                self.pool.release(traj)
+                raise
+        self._ep = _Episode(task, traj, lease, list(messages), time.monotonic())
+        return list(messages)
+
+    def close(self) -> None:
+        """Release the episode's lease. Idempotent."""
+        ep = self._ep
+        if ep is not None and ep.lease is not None:
+            self.pool.release(ep.traj_id)
+            ep.lease = None
+
+    def __enter__(self) -> SQLActEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def messages(self) -> list[Message]:
+        return list(self._episode().messages)
+
+    @property
+    def traj_id(self) -> str:
+        return self._episode().traj_id
+
+    def _episode(self) -> _Episode:
+        if self._ep is None:
+            raise EnvError("call reset(task) before using the environment")
+        return self._ep
+
+    # -- stepping ---------------------------------------------------------------------------
+
+    def step(self, model_text: str) -> StepResult:
+        """Apply one model turn; returns the observation and, at the end, the reward."""
+        ep = self._episode()
+        if ep.done:
+            raise EnvError(f"episode {ep.traj_id!r} has ended; call reset() for a new one")
+        t0 = time.monotonic()
+        text = model_text if isinstance(model_text, str) else ""
+        ep.turns += 1
+        ep.messages.append({"role": "assistant", "content": text})
+        try:
+            result = self._answer(ep, text) if self.config.mode == "single" else self._act(ep, text)
+        except (PoolError, OSError) as exc:  # the environment failed, not the model
+            result = self._end(ep, "", 0.0, StopReason.INFRA_ERROR, infra_error=str(exc))
+        if not result.done:
+            result = self._check_budgets(ep, result)
+        ep.turn_log.append(
+            {
+                "turn": ep.turns,
+                "seconds": round(time.monotonic() - t0, 6),
+                "tool_calls": result.info.get("tool_calls", 0),
+                "stop_reason": result.stop_reason.value if result.stop_reason else None,
+            }
+        )
+        if result.done:
+            self.close()
+        return result
+
+    def _act(self, ep: _Episode, text: str) -> StepResult:
+        parsed = parse_turn(text, TOOL_NAMES)
+        if parsed.error is not None:
+            ep.tool_calls += 1
+            ep.invalid_calls += 1
+            ep.messages.append({"role": "user", "content": parsed.error})
+            return StepResult(
+                parsed.error, 0.0, False, False, None, {"tool_calls": 1, "invalid": True}
+            )
+        observations: list[str] = []
+        for call in parsed.calls:
+            if ep.tool_calls >= self.config.max_tool_calls:
+                break
+            ep.tool_calls += 1
+            if call.name == "submit_solution":
+                return self._submit(ep, call, observations)
+            observation = self._execute(ep, call)
+            observations.append(observation)
+            ep.messages.append({"role": "tool", "name": call.name, "content": observation})
+        joined = "\n\n".join(observations)
+        return StepResult(joined, 0.0, False, False, None, {"tool_calls": len(observations)})
+
+    def _execute(self, ep: _Episode, call: ToolCall) -> str:
+        sql = sql_argument(call)
+        if not isinstance(sql, str):
+            ep.invalid_calls += 1
+            return "Error: execute_sql needs the argument 'sql' (a string of SQL)."
+        assert ep.lease is not None
+        result = ep.lease.execute(sql)
+        if result.ok and (result.rowcount > 0 or _is_write(sql)):
+            ep.mutated = True
+        return format_result(result, self.config.observation_rows, self.config.observation_chars)
+
+    def _submit(self, ep: _Episode, call: ToolCall, observations: list[str]) -> StepResult:
+        sql = sql_argument(call)
+        if sql is None:
+            ep.invalid_calls += 1
+            message = "Error: submit_solution needs the argument 'sql' (the fixed SQL)."
+            ep.messages.append({"role": "tool", "name": call.name, "content": message})
+            return StepResult(
+                message, 0.0, False, False, None, {"tool_calls": len(observations) + 1}
+            )
+        statements = [sql] if isinstance(sql, str) else list(sql)
+        ep.submission = statements
+        assert ep.lease is not None
+        ep.lease.reset_connection()  # an open transaction of the model must not block scoring
+        report = self.evaluator.evaluate_in_place(ep.task, statements, ep.lease.path)
+        ep.report = report
+        reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
+        observation = (
+            f"Submitted. {report.passed} of {report.expected_tests} hidden test(s) passed."
+        )
+        return self._end(ep, observation, report.reward, reason, infra_error=report.infra_error)
+
+    def _answer(self, ep: _Episode, text: str) -> StepResult:
+        sql = extract_answer(text)
+        if sql is None:
+            return self._end(
+                ep, "No SQL answer block found.", 0.0, StopReason.SUBMITTED, no_answer=True
+            )
+        ep.submission = [sql]
+        report = self.evaluator.evaluate(ep.task, [sql])
+        ep.report = report
+        reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
+        return self._end(
+            ep,
+            f"{report.passed} of {report.expected_tests} hidden test(s) passed.",
+            report.reward,
+            reason,
+            infra_error=report.infra_error,
+        )
+
+    def _check_budgets(self, ep: _Episode, result: StepResult) -> StepResult:
+        cfg = self.config
+        if ep.tool_calls >= cfg.max_tool_calls:
+            return self._end(ep, result.observation, 0.0, StopReason.MAX_TURNS)
+        if (
+            cfg.max_context_tokens is not None
+            and self.count_tokens(ep.messages) > cfg.max_context_tokens
+        ):
+            return self._end(ep, result.observation, 0.0, StopReason.CONTEXT_FULL)
+        if (
+            cfg.episode_timeout_s is not None
+            and time.monotonic() - ep.started > cfg.episode_timeout_s
+        ):
+            return self._end(ep, result.observation, 0.0, StopReason.TIMEOUT)
+        return result
+
+    def _end(
+        self, ep: _Episode, observation: str, reward: float, reason: StopReason, **info: Any
+    ) -> StepResult:
+        ep.done = True
+        terminated = reason is StopReason.SUBMITTED
+        details = {**self.summary(), **{k: v for k, v in info.items() if v is not None}}
+        return StepResult(observation, reward, terminated, not terminated, reason, details)
+
+    # -- records ----------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """What a trajectory record needs beyond the messages."""
+        ep = self._episode()
+        report = ep.report
+        return {
+            "traj_id": ep.traj_id,
+            "instance_id": ep.task.instance_id,
+            "db_id": ep.task.db_id,
+            "category": ep.task.category.value,
+            "turns": ep.turns,
+            "tool_calls": ep.tool_calls,
+            "invalid_tool_calls": ep.invalid_calls,
+            "mutated": ep.mutated,
+            "submission": ep.submission,
+            "reward": report.reward if report else 0.0,
+            "success": bool(report and report.success),
+            "seconds": round(time.monotonic() - ep.started, 6),
+            "turn_log": list(ep.turn_log),
+        }
+
+
+def _is_write(sql: str) -> bool:
+    head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+    return head in {"INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "VACUUM"}

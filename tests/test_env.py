@@ -1,0 +1,247 @@
+"""SQL-Act environment on real replicas: conformance, trajectory-scoped state, stop reasons,
+bad model output, rollouts that never leak a lease."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from birdrl.agents.rollout import RolloutConfig, run_episodes, write_trajectories
+from birdrl.agents.scripted import ScriptedAgent
+from birdrl.db import PoolConfig, ReplicaPool, SandboxLimits
+from birdrl.env.check import check_env
+from birdrl.env.parse import parse_turn
+from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
+from birdrl.env.tools import render_tool_call
+from birdrl.env.types import StopReason
+from birdrl.evaluation import EvalConfig, Evaluator
+from birdrl.tasks import parse_record
+
+MARKER_TEST = (
+    "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
+    "    rows, _ = perform_query_on_sqlite_databases('SELECT count(*) FROM t WHERE x = 99', db_path, conn)\n"
+    "    assert rows == [(1,)], rows\n"
+)
+
+
+def call(name: str, sql) -> str:
+    return render_tool_call(name, {"sql": sql})
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("envdb") / "shop.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, x INTEGER, grp TEXT);"
+        "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 50)"
+        " INSERT INTO t(x, grp) SELECT n, CASE WHEN n % 2 THEN 'odd' ELSE 'even' END FROM c;"
+    )
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def evaluator(db: Path):
+    with Evaluator({"shop": db}, EvalConfig(workers=2, job_timeout_s=20)) as ev:
+        yield ev
+
+
+@pytest.fixture
+def pool(db: Path, tmp_path: Path):
+    limits = SandboxLimits(timeout_s=0.5)
+    with ReplicaPool({"shop": db}, PoolConfig(root=tmp_path / "pool", replicas_per_db=4, limits=limits)) as p:
+        yield p
+        assert p.active_leases() == [], "a lease leaked"
+
+
+def task(**fields):
+    record = {"instance_id": "t1", "db_id": "shop", "query": "Count the odd rows please", "category": "Query"}
+    record.update(fields)
+    return parse_record(record)
+
+
+QUERY = task(
+    issue_sql="SELECT count(*) FROM t WHERE grp = 'Odd'",
+    sol_sql="SELECT count(*) FROM t WHERE grp = 'odd'",
+)
+MARKER = task(
+    instance_id="m1",
+    category="Management",
+    issue_sql="SELECT 1",
+    sol_sql="INSERT INTO t(x) VALUES (99)",
+    test_cases=[MARKER_TEST],
+)
+
+
+def test_conformance(pool, evaluator) -> None:
+    check_env(SQLActEnv(pool, evaluator), QUERY)
+
+
+def test_gold_and_issue_rewards(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(QUERY)
+    gold = env.step(call("submit_solution", list(QUERY.sol_sql)))
+    assert (gold.reward, gold.stop_reason, gold.info["success"]) == (1.0, StopReason.SUBMITTED, True)
+    env.reset(QUERY)
+    issue = env.step(call("submit_solution", QUERY.issue_sql[0]))
+    assert issue.reward == 0.0 and issue.terminated
+    assert "0 of 1 hidden test" in issue.observation
+
+
+def test_trajectory_sees_its_own_writes_across_turns_and_in_scoring(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(MARKER)
+    first = env.step(call("execute_sql", "INSERT INTO t(x) VALUES (99)"))
+    assert "1 row(s) affected" in first.observation
+    seen = env.step(call("execute_sql", "SELECT count(*) FROM t WHERE x = 99"))
+    assert "\n1\n" in seen.observation
+    # the submission itself writes nothing; the test passes only because scoring runs on
+    # this trajectory's replica, where the earlier INSERT persists
+    final = env.step(call("submit_solution", "SELECT 1"))
+    assert final.reward == 1.0 and final.info["mutated"]
+
+
+def test_concurrent_trajectories_are_isolated(pool, evaluator) -> None:
+    a, b = SQLActEnv(pool, evaluator), SQLActEnv(pool, evaluator)
+    a.reset(MARKER, traj_id="a")
+    b.reset(MARKER, traj_id="b")
+    a.step(call("execute_sql", "INSERT INTO t(x) VALUES (99)"))
+    assert "\n0\n" in b.step(call("execute_sql", "SELECT count(*) FROM t WHERE x = 99")).observation
+    assert b.step(call("submit_solution", "SELECT 1")).reward == 0.0  # a's write is not b's
+    assert a.step(call("submit_solution", "SELECT 1")).reward == 1.0
+
+
+def test_submission_that_writes_is_scored_once(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(MARKER)
+    assert env.step(call("submit_solution", list(MARKER.sol_sql))).reward == 1.0
+
+
+@pytest.mark.parametrize(
+    "text, needle, stop",
+    [
+        ("", "empty", None),
+        ("x" * 100_000, "No tool call found", StopReason.CONTEXT_FULL),  # 100 KB outgrows 16k tokens
+        ("{" * 50_000, "No tool call found", None),
+        ('<tool_call>{"name": "drop_everything", "arguments": {}}</tool_call>', "unknown tool", None),
+        ('<tool_call>{"name": "execute_sql", "arguments": {}}</tool_call>', "needs the argument 'sql'", None),
+        ("<tool_call>{not json at all</tool_call>", "could not read", None),
+    ],
+)
+def test_bad_model_output_is_an_observation(pool, evaluator, text: str, needle: str, stop) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(QUERY)
+    result = env.step(text)
+    assert needle in result.observation
+    assert result.stop_reason is stop and result.done == (stop is not None)
+    assert result.reward == 0.0
+    env.close()
+
+
+def test_runaway_sql_and_huge_results(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator, EnvConfig(max_tool_calls=10))
+    env.reset(QUERY)
+    loop = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT max(n) FROM c"
+    t0 = time.monotonic()
+    slow = env.step(call("execute_sql", loop))
+    assert "limit and was stopped" in slow.observation and time.monotonic() - t0 < 5
+    big = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000) SELECT n FROM c"
+    out = env.step(call("execute_sql", big)).observation
+    assert "truncated" in out and len(out) < 6000
+    assert "Error" in env.step(call("execute_sql", "ATTACH 'x.db' AS x")).observation
+    env.close()
+
+
+def test_several_statements_in_one_submission_string(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(QUERY)
+    result = env.step(call("submit_solution", "SELECT 1; SELECT count(*) FROM t WHERE grp = 'odd'"))
+    assert result.terminated and result.reward == 0.0  # the official rule: one statement per string
+
+
+def test_stop_reasons(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator, EnvConfig(max_tool_calls=2))
+    env.reset(QUERY)
+    assert not env.step("hello").done
+    last = env.step(call("execute_sql", "SELECT 1"))
+    assert last.truncated and last.stop_reason is StopReason.MAX_TURNS and last.reward == 0.0
+    with pytest.raises(EnvError, match="has ended"):
+        env.step("again")
+
+    small = SQLActEnv(pool, evaluator, EnvConfig(max_context_tokens=50))
+    small.reset(QUERY)
+    assert small.step(call("execute_sql", "SELECT * FROM t")).stop_reason is StopReason.CONTEXT_FULL
+
+    slow = SQLActEnv(pool, evaluator, EnvConfig(episode_timeout_s=0.05))
+    slow.reset(QUERY)
+    time.sleep(0.1)
+    assert slow.step(call("execute_sql", "SELECT 1")).stop_reason is StopReason.TIMEOUT
+
+
+def test_infrastructure_failure_is_not_a_wrong_answer(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(QUERY)
+    lease = pool.get(env.traj_id)
+    lease.replica.path.unlink()  # the replica vanishes under the episode
+    result = env.step(call("execute_sql", "SELECT 1"))
+    assert result.stop_reason is StopReason.INFRA_ERROR and "infra_error" in result.info
+    pool.restore_dirty()
+
+
+def test_single_turn_mode(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator, EnvConfig(mode="single"))
+    messages = env.reset(QUERY)
+    assert "<answer>" in messages[0]["content"] and pool.active_leases() == []
+    sql = QUERY.sol_sql[0]
+    assert env.step(f"The case is wrong.\n<answer>\n```sql\n{sql}\n```\n</answer>").reward == 1.0
+    env.reset(QUERY)
+    missing = env.step("I do not know.")
+    assert missing.done and missing.reward == 0.0 and missing.info["no_answer"]
+
+
+def test_reset_releases_the_previous_lease(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(QUERY, traj_id="first")
+    env.reset(QUERY, traj_id="second")
+    assert pool.active_leases() == ["second"]
+    env.close()
+    env.close()
+
+
+# -- rollouts -----------------------------------------------------------------------------
+
+
+def test_rollout_with_scripted_agents(pool, evaluator, tmp_path: Path) -> None:
+    tasks = [QUERY, MARKER] * 5
+    seen = []
+    trajs = run_episodes(tasks, ScriptedAgent("explorer"), pool, evaluator, RolloutConfig(concurrency=3), progress=seen.append)
+    assert [t.instance_id for t in trajs] == [t.instance_id for t in tasks]
+    assert all(t.success for t in trajs) and len(seen) == 10
+    assert all(t.turns >= 2 for t in trajs) and all(t.stop_reason == "submitted" for t in trajs)
+    path = write_trajectories(tmp_path / "t.jsonl", trajs)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows[0]["messages"][0]["role"] == "system" and "turn_log" in rows[0]
+    calls = [parse_turn(m["content"]) for m in rows[0]["messages"] if m["role"] == "assistant"]
+    assert all(c.calls for c in calls)
+    issue = run_episodes(tasks, ScriptedAgent("issue"), pool, evaluator)
+    assert not any(t.success for t in issue)
+
+
+class FailingAgent:
+    name = "failing"
+
+    def generate(self, conversations, tools=None):
+        raise TimeoutError("endpoint timed out")
+
+
+def test_agent_failure_ends_episodes_as_infra_errors(pool, evaluator) -> None:
+    trajs = run_episodes([QUERY] * 4, FailingAgent(), pool, evaluator, RolloutConfig(concurrency=2))
+    assert [t.stop_reason for t in trajs] == ["infra_error"] * 4
+    assert all("endpoint timed out" in (t.infra_error or "") for t in trajs)
+    assert all(t.reward == 0.0 and not t.success for t in trajs)
