@@ -23,7 +23,9 @@ MUTATING = ("UPDATE", "DELETE", "INSERT", "ALTER", "CREATE", "DROP", "REPLACE")
 
 @pytest.fixture(scope="module")
 def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("bundled-dbs")
+    root = (
+        tmp_path_factory.mktemp("cache") / "bundled-dbs"
+    )  # = default_db_root() under BIRDRL_CACHE
     build_databases(root)
     return root
 
@@ -121,3 +123,42 @@ def test_cli_validate_reports_invalid_tasks(db_root: Path, tmp_path: Path) -> No
     assert result.exit_code == 1
     assert "x1" in result.output and "issue SQL passes every test" in result.output
     assert "0 of 1 tasks valid" in result.output
+
+
+def test_cli_eval_with_agents_in_the_environment(db_root: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    trajs = tmp_path / "trajs.jsonl"
+    explorer = runner.invoke(
+        app,
+        ["eval", "--agent", "explorer", "--db-root", str(db_root), "--workers", "2",
+         "--trajectories", str(trajs), "--concurrency", "4"],
+    )  # fmt: skip
+    assert explorer.exit_code == 0, explorer.output
+    assert "100.0" in explorer.output and "average turns" in explorer.output
+    assert "stop reasons: submitted 48" in explorer.output
+    assert len(trajs.read_text().splitlines()) == 48
+    single = runner.invoke(
+        app,
+        [
+            "eval",
+            "--agent",
+            "issue",
+            "--mode",
+            "single",
+            "--db-root",
+            str(db_root),
+            "--workers",
+            "2",
+        ],
+    )
+    assert single.exit_code == 0 and "0.0" in single.output
+    unknown = runner.invoke(app, ["eval", "--agent", "wizard", "--db-root", str(db_root)])
+    assert unknown.exit_code == 1 and "unknown agent 'wizard'" in unknown.output
+
+
+def test_cli_demo_streams_an_episode(db_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BIRDRL_CACHE", str(db_root.parent))
+    result = CliRunner().invoke(app, ["demo", "--agent", "explorer"])
+    assert result.exit_code == 0, result.output
+    assert "model" in result.output and "environment" in result.output
+    assert "submitted: reward 1.00" in result.output

@@ -55,13 +55,20 @@ def evaluator(db: Path):
 @pytest.fixture
 def pool(db: Path, tmp_path: Path):
     limits = SandboxLimits(timeout_s=0.5)
-    with ReplicaPool({"shop": db}, PoolConfig(root=tmp_path / "pool", replicas_per_db=4, limits=limits)) as p:
+    with ReplicaPool(
+        {"shop": db}, PoolConfig(root=tmp_path / "pool", replicas_per_db=4, limits=limits)
+    ) as p:
         yield p
         assert p.active_leases() == [], "a lease leaked"
 
 
 def task(**fields):
-    record = {"instance_id": "t1", "db_id": "shop", "query": "Count the odd rows please", "category": "Query"}
+    record = {
+        "instance_id": "t1",
+        "db_id": "shop",
+        "query": "Count the odd rows please",
+        "category": "Query",
+    }
     record.update(fields)
     return parse_record(record)
 
@@ -87,7 +94,11 @@ def test_gold_and_issue_rewards(pool, evaluator) -> None:
     env = SQLActEnv(pool, evaluator)
     env.reset(QUERY)
     gold = env.step(call("submit_solution", list(QUERY.sol_sql)))
-    assert (gold.reward, gold.stop_reason, gold.info["success"]) == (1.0, StopReason.SUBMITTED, True)
+    assert (gold.reward, gold.stop_reason, gold.info["success"]) == (
+        1.0,
+        StopReason.SUBMITTED,
+        True,
+    )
     env.reset(QUERY)
     issue = env.step(call("submit_solution", QUERY.issue_sql[0]))
     assert issue.reward == 0.0 and issue.terminated
@@ -127,10 +138,22 @@ def test_submission_that_writes_is_scored_once(pool, evaluator) -> None:
     "text, needle, stop",
     [
         ("", "empty", None),
-        ("x" * 100_000, "No tool call found", StopReason.CONTEXT_FULL),  # 100 KB outgrows 16k tokens
+        (
+            "x" * 100_000,
+            "No tool call found",
+            StopReason.CONTEXT_FULL,
+        ),  # 100 KB outgrows 16k tokens
         ("{" * 50_000, "No tool call found", None),
-        ('<tool_call>{"name": "drop_everything", "arguments": {}}</tool_call>', "unknown tool", None),
-        ('<tool_call>{"name": "execute_sql", "arguments": {}}</tool_call>', "needs the argument 'sql'", None),
+        (
+            '<tool_call>{"name": "drop_everything", "arguments": {}}</tool_call>',
+            "unknown tool",
+            None,
+        ),
+        (
+            '<tool_call>{"name": "execute_sql", "arguments": {}}</tool_call>',
+            "needs the argument 'sql'",
+            None,
+        ),
         ("<tool_call>{not json at all</tool_call>", "could not read", None),
     ],
 )
@@ -220,7 +243,14 @@ def test_reset_releases_the_previous_lease(pool, evaluator) -> None:
 def test_rollout_with_scripted_agents(pool, evaluator, tmp_path: Path) -> None:
     tasks = [QUERY, MARKER] * 5
     seen = []
-    trajs = run_episodes(tasks, ScriptedAgent("explorer"), pool, evaluator, RolloutConfig(concurrency=3), progress=seen.append)
+    trajs = run_episodes(
+        tasks,
+        ScriptedAgent("explorer"),
+        pool,
+        evaluator,
+        RolloutConfig(concurrency=3),
+        progress=seen.append,
+    )
     assert [t.instance_id for t in trajs] == [t.instance_id for t in tasks]
     assert all(t.success for t in trajs) and len(seen) == 10
     assert all(t.turns >= 2 for t in trajs) and all(t.stop_reason == "submitted" for t in trajs)

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.scripted import SCRIPTED_AGENTS, ScriptedAgent
+from birdrl.env.tools import TOOLS
+from birdrl.env.types import Message
 from birdrl.errors import BirdrlError
 
-__all__ = ["AGENT_SPECS", "UnknownAgentError", "make_agent"]
+__all__ = ["AGENT_SPECS", "UnknownAgentError", "make_agent", "token_counter_for"]
 
 AGENT_SPECS = "gold | issue | explorer | embedded | hf:PATH | openai:MODEL | vllm:PATH"
 
@@ -39,3 +42,12 @@ def make_agent(
 
         return VLLMAgent(target, generation)
     raise UnknownAgentError(f"unknown agent {spec!r}; use one of: {AGENT_SPECS}")
+
+
+def token_counter_for(agent: Any) -> Callable[[Sequence[Message]], int] | None:
+    """The agent's own token count of a conversation (tools included), for the
+    environment's context budget; None when the agent has no tokenizer."""
+    count = getattr(agent, "count_tokens", None)
+    if count is None:
+        return None
+    return lambda messages: int(count(list(messages), list(TOOLS)))

@@ -28,7 +28,7 @@ from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
 
-__all__ = ["RolloutConfig", "Trajectory", "run_episodes", "write_trajectories"]
+__all__ = ["RolloutConfig", "Trajectory", "play_episode", "run_episodes", "write_trajectories"]
 
 
 @dataclass(frozen=True)
@@ -255,3 +255,29 @@ def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> 
         for traj in trajectories:
             f.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
     return p
+
+
+def play_episode(
+    env: SQLActEnv,
+    task: Task,
+    agent: Any,
+    on_turn: Callable[[str, StepResult], None] | None = None,
+    traj_id: str | None = None,
+) -> Trajectory:
+    """One episode, turn by turn, calling `on_turn(model_text, step_result)` after each
+    step (for streaming it to a terminal). The lease is released however it ends."""
+    slot = _Slot(env, task, env.reset(task, traj_id=traj_id))
+    try:
+        while True:
+            try:
+                (text,) = _agent_turns(agent, [task], [slot.conversation])
+            except Exception as exc:  # the agent failed: an infrastructure failure
+                return _record(slot, None, infra_error=f"agent failed: {exc}")
+            result = env.step(text)
+            if on_turn is not None:
+                on_turn(text, result)
+            if result.done:
+                return _record(slot, result)
+            slot.conversation = env.messages
+    finally:
+        env.close()

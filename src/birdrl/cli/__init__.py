@@ -8,7 +8,9 @@ from typing import Annotated
 import typer
 
 from birdrl import __version__
+from birdrl.cli.demo import demo_command
 from birdrl.cli.evaluate import eval_command
+from birdrl.cli.models import models_app
 from birdrl.cli.pool import pool_app
 from birdrl.cli.tasks import tasks_app
 
@@ -22,7 +24,9 @@ app = typer.Typer(
 )
 app.add_typer(pool_app, name="pool")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(models_app, name="models")
 app.command("eval")(eval_command)
+app.command("demo")(demo_command)
 
 
 def _version(value: bool) -> None:

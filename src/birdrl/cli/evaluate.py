@@ -16,7 +16,7 @@ from rich.table import Table
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import evaluate_agent
-from birdrl.agents.registry import AGENT_SPECS, make_agent
+from birdrl.agents.registry import AGENT_SPECS, make_agent, token_counter_for
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.env.sqlact import EnvConfig
@@ -118,7 +118,7 @@ def eval_command(
                     rollout,
                     config,
                     progress=advance,
-                    token_counter=getattr(runner, "count_tokens", None),
+                    token_counter=token_counter_for(runner),
                 )
             preds = outcome.predictions()
             summary, report = outcome.summary, outcome.to_dict()

@@ -1,0 +1,102 @@
+"""Environment overhead and throughput.
+
+1. A typical ``execute_sql`` through `SQLActEnv.step` (tool-call parsing, the guarded
+   connection, result formatting) vs the same statement on a raw ``sqlite3`` connection
+   (execute + fetchall). Target: env ≤ 1.2 × raw + 0.3 ms.
+2. Episodes per second with the scripted ``explorer`` agent over the bundled test set, at
+   1, 8 and 64 concurrent trajectories (the 48 tasks four times over) (each episode: 3-4 tool calls, then scoring).
+
+    python benchmarks/env_overhead.py [--repeats 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from birdrl.agents.rollout import RolloutConfig, run_episodes
+from birdrl.agents.scripted import ScriptedAgent
+from birdrl.db import PoolConfig, ReplicaPool
+from birdrl.env.sqlact import EnvConfig, SQLActEnv
+from birdrl.env.tools import render_tool_call
+from birdrl.evaluation import EvalConfig, Evaluator
+from birdrl.tasks.benchmark import open_benchmark
+
+QUERY = (
+    "SELECT c.Country, COUNT(*) AS invoices, ROUND(SUM(i.Total), 2) AS revenue "
+    "FROM Invoice i JOIN Customer c ON c.CustomerId = i.CustomerId "
+    "GROUP BY c.Country ORDER BY revenue DESC LIMIT 10"
+)
+
+
+def overhead(bench, repeats: int) -> None:
+    task = next(t for t in bench.debugging_tasks() if t.db_id == "chinook")
+    raw_conn = sqlite3.connect(bench.databases["chinook"])
+    raw = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        raw_conn.execute(QUERY).fetchall()
+        raw.append(time.perf_counter() - t0)
+    with (
+        tempfile.TemporaryDirectory() as root,
+        ReplicaPool(
+            {"chinook": bench.databases["chinook"]}, PoolConfig(root=Path(root), replicas_per_db=1)
+        ) as pool,
+        Evaluator({"chinook": bench.databases["chinook"]}, EvalConfig(workers=1)) as ev,
+    ):
+        env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=repeats + 10, max_context_tokens=None))
+        env.reset(task)
+        text = render_tool_call("execute_sql", {"sql": QUERY})
+        env.step(text)  # opens the guarded connection
+        through = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            env.step(text)
+            through.append(time.perf_counter() - t0)
+        env.close()
+    r, e = statistics.median(raw) * 1e3, statistics.median(through) * 1e3
+    budget = 1.2 * r + 0.3
+    print(
+        f"execute_sql median: raw sqlite3 {r:.3f} ms, through the environment {e:.3f} ms "
+        f"({e / r:.2f}x; target <= 1.2x + 0.3 ms = {budget:.3f} ms: {'met' if e <= budget else 'MISSED'})"
+    )
+
+
+def throughput(bench) -> None:
+    tasks = bench.debugging_tasks() * 4  # 192 episodes, so 64 can really be in flight
+    for concurrency in (1, 8, 64):
+        with (
+            tempfile.TemporaryDirectory() as root,
+            ReplicaPool(
+                bench.databases, PoolConfig(root=Path(root), replicas_per_db=concurrency)
+            ) as pool,
+            Evaluator(bench.databases, EvalConfig(workers=2)) as ev,
+        ):
+            t0 = time.perf_counter()
+            trajs = run_episodes(
+                tasks, ScriptedAgent("explorer"), pool, ev, RolloutConfig(concurrency=concurrency)
+            )
+            dt = time.perf_counter() - t0
+        ok = sum(t.success for t in trajs)
+        calls = sum(t.tool_calls for t in trajs)
+        print(
+            f"explorer, {concurrency:>2} concurrent: {len(trajs)} episodes ({calls} tool calls) in {dt:.2f} s "
+            f"= {len(trajs) / dt:.1f} episodes/s; success {ok}/{len(trajs)}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=300)
+    args = parser.parse_args()
+    bench = open_benchmark("bundled:test")
+    overhead(bench, args.repeats)
+    throughput(bench)
+
+
+if __name__ == "__main__":
+    main()
