@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from birdrl.cache import cache_root
 from birdrl.errors import BirdrlError
 
 __all__ = [
@@ -101,13 +102,9 @@ def require_hf(*modules: str) -> None:
 
 
 def models_dir() -> Path:
-    """Where prepared models live: ``$BIRDRL_CACHE/models`` if set, else
-    ``$XDG_CACHE_HOME/birdrl/models``, else ``~/.cache/birdrl/models``. Not created here."""
-    if root := os.environ.get("BIRDRL_CACHE"):
-        return Path(root).expanduser() / "models"
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "birdrl" / "models"
-    return Path.home() / ".cache" / "birdrl" / "models"
+    """Where prepared models live: ``models/`` under `birdrl.cache.cache_root()`
+    (``$BIRDRL_CACHE``, ``$XDG_CACHE_HOME/birdrl`` or ``~/.cache/birdrl``). Not created here."""
+    return cache_root() / "models"
 
 
 def embedded_gguf() -> Path:

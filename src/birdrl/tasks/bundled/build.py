@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 
+from birdrl.cache import cache_root
 from birdrl.errors import BirdrlError
 from birdrl.tasks.bundled.catalog import BUNDLED_DB_IDS, BundledDatabase, bundled_database
 
@@ -43,17 +44,10 @@ class BundledBuildError(BirdrlError):
 
 
 def default_db_root() -> Path:
-    """The per-user cache directory for the bundled databases (not created here).
-
-    `$BIRDRL_CACHE/bundled-dbs` if BIRDRL_CACHE is set, else
-    `$XDG_CACHE_HOME/birdrl/bundled-dbs`, else `~/.cache/birdrl/bundled-dbs`.
-    """
-    birdrl_cache = os.environ.get("BIRDRL_CACHE")
-    if birdrl_cache:
-        return Path(birdrl_cache).expanduser() / "bundled-dbs"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "birdrl" / "bundled-dbs"
+    """The per-user cache directory for the bundled databases (not created here):
+    ``bundled-dbs/`` under `birdrl.cache.cache_root()` (``$BIRDRL_CACHE``,
+    ``$XDG_CACHE_HOME/birdrl`` or ``~/.cache/birdrl``)."""
+    return cache_root() / "bundled-dbs"
 
 
 def build_fingerprint(db: BundledDatabase) -> str:
