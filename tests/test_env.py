@@ -275,3 +275,13 @@ def test_agent_failure_ends_episodes_as_infra_errors(pool, evaluator) -> None:
     assert [t.stop_reason for t in trajs] == ["infra_error"] * 4
     assert all("endpoint timed out" in (t.infra_error or "") for t in trajs)
     assert all(t.reward == 0.0 and not t.success for t in trajs)
+
+
+def test_trajectories_load_with_datasets(pool, evaluator, tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets", reason="the datasets extra is not installed")
+    trajs = run_episodes([QUERY, MARKER], ScriptedAgent("explorer"), pool, evaluator)
+    path = write_trajectories(tmp_path / "t.jsonl", trajs)
+    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    assert ds.num_rows == 2 and ds[0]["stop_reason"] == "submitted"
+    tool_message = next(m for m in ds[0]["messages"] if m["role"] == "tool")
+    assert tool_message["name"] == "execute_sql"
