@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from birdrl import __version__
+from birdrl.cli.data import data_app
 from birdrl.cli.demo import demo_command
 from birdrl.cli.evaluate import eval_command
 from birdrl.cli.models import models_app
@@ -25,6 +26,7 @@ app = typer.Typer(
 app.add_typer(pool_app, name="pool")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
 app.command("eval")(eval_command)
 app.command("demo")(demo_command)
 

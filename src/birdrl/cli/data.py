@@ -1,0 +1,62 @@
+"""``birdrl data ...``: building stage datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from birdrl.agents.registry import AGENT_SPECS, make_agent
+from birdrl.agents.rollout import RolloutConfig
+from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.evaluate import DbRootOption, WorkersOption, progress_bar
+from birdrl.data.stages import build_rl_prompts, build_tool_use_sft
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.tasks.benchmark import open_benchmark
+
+__all__ = ["data_app"]
+
+data_app = typer.Typer(help="Stage datasets for the curriculum.", no_args_is_help=True)
+
+
+@data_app.command("build")
+def build_command(
+    stage: Annotated[int, typer.Option(help="2: tool-use SFT trajectories; 3/4: RL prompts.")],
+    out: Annotated[Path, typer.Option(help="Output directory (data.jsonl + README.md card).")],
+    tasks: Annotated[
+        str, typer.Option(help="Task source (file, hf:..., bundled:train|test).")
+    ] = "bundled:train",
+    db_root: DbRootOption = None,
+    teacher: Annotated[
+        str, typer.Option(help=f"Stage 2 teacher agent: {AGENT_SPECS}.")
+    ] = "explorer",
+    concurrency: Annotated[int, typer.Option(help="Stage 2: episodes in flight.")] = 8,
+    workers: WorkersOption = None,
+) -> None:
+    """Build one stage's dataset from a task set."""
+    console = results_console()
+    with clean_errors():
+        bench = open_benchmark(tasks, db_root)
+        items = bench.debugging_tasks()
+        if stage == 2:
+            agent = make_agent(teacher)
+            config = EvalConfig() if workers is None else EvalConfig(workers=workers)
+            with progress_bar(len(items), "episodes") as advance:
+                data = build_tool_use_sft(
+                    items, bench.databases, agent, source=f"{tasks}, teacher {teacher}",
+                    rollout=RolloutConfig(concurrency=concurrency), eval_config=config, progress=advance,
+                )  # fmt: skip
+        elif stage in (3, 4):
+            data = build_rl_prompts(items, bench.databases, stage=stage, source=tasks)
+        else:
+            raise BirdrlError(
+                f"--stage must be 2, 3 or 4 (stage 1 needs a teacher model), got {stage}"
+            )
+        path = data.write(out)
+        rejected = ", ".join(f"{k}: {v}" for k, v in sorted(data.rejected.items())) or "none"
+        console.print(
+            f"stage {stage}: {len(data.rows)} rows written to [bold]{path}[/] (rejected: {rejected})",
+            highlight=False,
+        )

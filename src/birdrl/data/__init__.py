@@ -1,0 +1,1 @@
+"""Stage datasets and task synthesis."""

@@ -1,0 +1,100 @@
+"""Stage datasets: tool-use SFT trajectories (stage 2) and RL prompts (stages 3 and 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from birdrl.agents.scripted import ScriptedAgent
+from birdrl.cli import app
+from birdrl.data.stages import build_rl_prompts, build_tool_use_sft, to_sft_messages
+from birdrl.env.tools import render_tool_call
+from birdrl.evaluation import EvalConfig
+from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.bundled import build_databases
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("cache") / "bundled-dbs"
+    build_databases(root)
+    return open_benchmark("bundled:train", root), root
+
+
+def test_to_sft_messages_structures_tool_calls() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {
+            "role": "assistant",
+            "content": "Look first.\n" + render_tool_call("execute_sql", {"sql": "SELECT 1"}),
+        },
+        {"role": "tool", "name": "execute_sql", "content": "1"},
+        {"role": "assistant", "content": "garbage"},
+        {"role": "user", "content": "No tool call found"},
+    ]
+    out = to_sft_messages(messages)
+    assert out[2] == {
+        "role": "assistant",
+        "content": "Look first.",
+        "tool_calls": [
+            {
+                "type": "function",
+                "function": {"name": "execute_sql", "arguments": {"sql": "SELECT 1"}},
+            }
+        ],
+    }
+    assert out[3] == {"role": "tool", "name": "execute_sql", "content": "1"}
+    assert out[4] == {"role": "assistant", "content": "garbage"}
+
+
+def test_stage2_keeps_only_solved_episodes(bench, tmp_path: Path) -> None:
+    benchmark, _ = bench
+    tasks = benchmark.debugging_tasks()[:12]
+    config = EvalConfig(workers=2)
+    good = build_tool_use_sft(
+        tasks, benchmark.databases, ScriptedAgent("explorer"), eval_config=config
+    )
+    assert len(good.rows) == 12 and not good.rejected
+    row = good.rows[0]
+    assert [m["role"] for m in row["messages"][:3]] == ["system", "user", "assistant"]
+    assert row["messages"][-1]["tool_calls"][0]["function"]["name"] == "submit_solution"
+    assert any(m["role"] == "tool" for m in row["messages"])
+    bad = build_tool_use_sft(tasks, benchmark.databases, ScriptedAgent("issue"), eval_config=config)
+    assert bad.rows == [] and bad.rejected == {"not solved (submitted)": 12}
+    path = good.write(tmp_path / "s2")
+    assert len(path.read_text().splitlines()) == 12
+    card = (tmp_path / "s2" / "README.md").read_text()
+    assert "Rows: 12" in card and "passed every hidden test" in card
+
+
+@pytest.mark.parametrize("stage", [3, 4])
+def test_rl_prompt_datasets(bench, stage: int, tmp_path: Path) -> None:
+    benchmark, _ = bench
+    tasks = benchmark.debugging_tasks()
+    data = build_rl_prompts(tasks, benchmark.databases, stage=stage)
+    assert len(data.rows) == len(tasks)
+    row = data.rows[0]
+    assert row["instance_id"] == tasks[0].instance_id and row["db_id"] == tasks[0].db_id
+    assert ("<answer>" in row["prompt"][0]["content"]) == (stage == 3)
+    assert ("tools" in row) == (stage == 4)
+    with pytest.raises(ValueError, match="stages 3 and 4"):
+        build_rl_prompts(tasks, benchmark.databases, stage=2)
+
+
+def test_cli_data_build(bench, tmp_path: Path) -> None:
+    _, root = bench
+    result = CliRunner().invoke(
+        app,
+        ["data", "build", "--stage", "4", "--out", str(tmp_path / "s4"), "--db-root", str(root)],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "s4" / "data.jsonl").read_text().splitlines()]
+    assert len(rows) == 120
+    bad = CliRunner().invoke(
+        app, ["data", "build", "--stage", "1", "--out", str(tmp_path / "x"), "--db-root", str(root)]
+    )
+    assert bad.exit_code == 1 and "stage 1 needs a teacher model" in bad.output
