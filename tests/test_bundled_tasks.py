@@ -152,6 +152,23 @@ def test_cli_eval_with_agents_in_the_environment(db_root: Path, tmp_path: Path) 
         ],
     )
     assert single.exit_code == 0 and "0.0" in single.output
+    # multi-statement solutions survive the single-turn answer block (split into statements)
+    gold_single = runner.invoke(
+        app,
+        [
+            "eval",
+            "--agent",
+            "gold",
+            "--mode",
+            "single",
+            "--db-root",
+            str(db_root),
+            "--workers",
+            "2",
+        ],
+    )
+    assert gold_single.exit_code == 0, gold_single.output
+    assert "│ overall         │    48 │      48 │ 100.0 │" in gold_single.output
     unknown = runner.invoke(app, ["eval", "--agent", "wizard", "--db-root", str(db_root)])
     assert unknown.exit_code == 1 and "unknown agent 'wizard'" in unknown.output
 

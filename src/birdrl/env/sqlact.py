@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from birdrl.db.errors import PoolError
 from birdrl.db.pool import Lease, ReplicaPool
+from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS, format_result
@@ -257,8 +258,9 @@ class SQLActEnv:
             return self._end(
                 ep, "No SQL answer block found.", 0.0, StopReason.SUBMITTED, no_answer=True
             )
-        ep.submission = [sql]
-        report = self.evaluator.evaluate(ep.task, [sql])
+        # the answer block is a script: its statements are the prediction's list
+        ep.submission = split_statements(sql) or [sql]
+        report = self.evaluator.evaluate(ep.task, ep.submission)
         ep.report = report
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         return self._end(
