@@ -9,7 +9,8 @@ the context budget, or at the episode's time limit; infrastructure failures end 
 episode with `StopReason.INFRA_ERROR` and are never scored as a wrong answer.
 
 In single-turn mode the model answers once with the fixed SQL in an ``<answer>`` block; the
-answer is scored on a fresh database state, exactly like a benchmark prediction.
+answer (a script, split into its statements) is scored on a fresh database state, exactly
+like a benchmark prediction.
 """
 
 from __future__ import annotations
