@@ -10,7 +10,13 @@ from typer.testing import CliRunner
 
 from birdrl.agents.scripted import ScriptedAgent
 from birdrl.cli import app
-from birdrl.data.stages import build_rl_prompts, build_tool_use_sft, to_sft_messages
+from birdrl.data.stages import (
+    build_reasoning_sft,
+    build_rl_prompts,
+    build_tool_use_sft,
+    to_sft_messages,
+)
+from birdrl.data.teachers import LLMTeacher, OfflineTeacher, sql_changes
 from birdrl.env.tools import render_tool_call
 from birdrl.evaluation import EvalConfig
 from birdrl.tasks.benchmark import open_benchmark
@@ -95,6 +101,61 @@ def test_cli_data_build(bench, tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "s4" / "data.jsonl").read_text().splitlines()]
     assert len(rows) == 120
     bad = CliRunner().invoke(
-        app, ["data", "build", "--stage", "1", "--out", str(tmp_path / "x"), "--db-root", str(root)]
+        app, ["data", "build", "--stage", "5", "--out", str(tmp_path / "x"), "--db-root", str(root)]
     )
-    assert bad.exit_code == 1 and "stage 1 needs a teacher model" in bad.output
+    assert bad.exit_code == 1 and "--stage must be 1, 2, 3 or 4" in bad.output
+
+
+def test_stage1_offline_teacher_verified_by_execution(bench, tmp_path: Path) -> None:
+    benchmark, root = bench
+    tasks = benchmark.debugging_tasks()[:10]
+    data = build_reasoning_sft(
+        tasks, benchmark.databases, OfflineTeacher(), eval_config=EvalConfig(workers=2)
+    )
+    assert len(data.rows) == 10 and not data.rejected
+    answer = data.rows[0]["messages"][-1]["content"]
+    assert answer.startswith("The user's SQL") and "<answer>" in answer
+    prompt = data.rows[0]["messages"][1]["content"]
+    assert tasks[0].sol_sql[0].strip() not in prompt  # the reference stays out of the prompt
+    result = CliRunner().invoke(
+        app,
+        ["data", "build", "--stage", "1", "--out", str(tmp_path / "s1"), "--db-root", str(root)],
+    )
+    assert result.exit_code == 0 and "stage 1: 120 rows" in result.output
+
+
+class ScriptedTeacherAgent:
+    """An agent that answers like a teacher model; counts calls to check the cache."""
+
+    name = "fake-teacher"
+
+    def __init__(self, sql: str | None) -> None:
+        self.sql, self.calls = sql, 0
+
+    def generate(self, conversations, tools=None):
+        self.calls += 1
+        fence = f"<answer>\n```sql\n{self.sql}\n```\n</answer>" if self.sql else "no idea"
+        return [f"The filter is wrong. {fence}" for _ in conversations]
+
+
+def test_llm_teacher_is_verified_and_cached(bench, tmp_path: Path) -> None:
+    benchmark, _ = bench
+    task = benchmark.debugging_tasks()[0]
+    config = EvalConfig(workers=1)
+    good = ScriptedTeacherAgent(";\n".join(task.sol_sql))
+    teacher = LLMTeacher(good, tmp_path / "cache")
+    first = build_reasoning_sft([task], benchmark.databases, teacher, eval_config=config)
+    assert len(first.rows) == 1 and good.calls == 1
+    again = build_reasoning_sft([task], benchmark.databases, teacher, eval_config=config)
+    assert len(again.rows) == 1 and good.calls == 1  # answered from the cache
+    wrong = LLMTeacher(ScriptedTeacherAgent(task.issue_sql[0]), tmp_path / "cache2")
+    rejected = build_reasoning_sft([task], benchmark.databases, wrong, eval_config=config)
+    assert rejected.rows == [] and rejected.rejected == {"answer fails the tests": 1}
+
+
+def test_sql_changes_falls_back_to_a_text_diff() -> None:
+    assert ("x = NULL", "x IS NULL") in sql_changes(
+        ["SELECT a FROM t WHERE x = NULL"], ["SELECT a FROM t WHERE x IS NULL"]
+    )
+    pairs = sql_changes(["SELEKT a FRM t"], ["SELECT a FROM t"])
+    assert pairs and pairs[0][1].startswith("SELECT")

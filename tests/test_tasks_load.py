@@ -169,11 +169,16 @@ def test_task_files_need_a_db_root(tmp_path: Path) -> None:
         open_benchmark("bundled:dev")
 
 
-def test_hf_source_without_datasets_is_a_clear_error() -> None:
+def test_hf_source_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         import datasets  # noqa: F401
     except ImportError:
         with pytest.raises(TaskFormatError, match=r"pip install 'birdrl\[datasets\]'"):
             load_tasks("hf:birdsql/bird-critic-1.0-sqlite")
-    else:
-        pytest.skip("datasets is installed; the offline hub path is exercised elsewhere")
+        return
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(
+        TaskFormatError, match=r"hf:no-such-org/no-such-dataset:train: cannot load dataset"
+    ):
+        load_tasks("hf:no-such-org/no-such-dataset")

@@ -11,7 +11,8 @@ from birdrl.agents.registry import AGENT_SPECS, make_agent
 from birdrl.agents.rollout import RolloutConfig
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.cli.evaluate import DbRootOption, WorkersOption, progress_bar
-from birdrl.data.stages import build_rl_prompts, build_tool_use_sft
+from birdrl.data.stages import build_reasoning_sft, build_rl_prompts, build_tool_use_sft
+from birdrl.data.teachers import LLMTeacher, OfflineTeacher, Teacher
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import open_benchmark
@@ -23,15 +24,24 @@ data_app = typer.Typer(help="Stage datasets for the curriculum.", no_args_is_hel
 
 @data_app.command("build")
 def build_command(
-    stage: Annotated[int, typer.Option(help="2: tool-use SFT trajectories; 3/4: RL prompts.")],
+    stage: Annotated[
+        int, typer.Option(help="1: reasoning SFT; 2: tool-use SFT trajectories; 3/4: RL prompts.")
+    ],
     out: Annotated[Path, typer.Option(help="Output directory (data.jsonl + README.md card).")],
     tasks: Annotated[
         str, typer.Option(help="Task source (file, hf:..., bundled:train|test).")
     ] = "bundled:train",
     db_root: DbRootOption = None,
     teacher: Annotated[
-        str, typer.Option(help=f"Stage 2 teacher agent: {AGENT_SPECS}.")
-    ] = "explorer",
+        str,
+        typer.Option(
+            help=f"Stage 1: offline or an agent spec; stage 2: an agent ({AGENT_SPECS}). "
+            "Default: offline (stage 1), explorer (stage 2)."
+        ),
+    ] = "",
+    cache: Annotated[
+        Path | None, typer.Option(help="Stage 1 with a model teacher: answer cache directory.")
+    ] = None,
     concurrency: Annotated[int, typer.Option(help="Stage 2: episodes in flight.")] = 8,
     workers: WorkersOption = None,
 ) -> None:
@@ -40,8 +50,20 @@ def build_command(
     with clean_errors():
         bench = open_benchmark(tasks, db_root)
         items = bench.debugging_tasks()
-        if stage == 2:
-            agent = make_agent(teacher)
+        if stage == 1:
+            spec = teacher or "offline"
+            if spec == "offline":
+                chosen: Teacher = OfflineTeacher()
+            else:
+                chosen = LLMTeacher(make_agent(spec), cache or out / "teacher-cache")
+            config = EvalConfig() if workers is None else EvalConfig(workers=workers)
+            with progress_bar(len(items), "tasks") as advance:
+                data = build_reasoning_sft(
+                    items, bench.databases, chosen, source=f"{tasks}, teacher {spec}",
+                    eval_config=config, progress=advance,
+                )  # fmt: skip
+        elif stage == 2:
+            agent = make_agent(teacher or "explorer")
             config = EvalConfig() if workers is None else EvalConfig(workers=workers)
             with progress_bar(len(items), "episodes") as advance:
                 data = build_tool_use_sft(
@@ -51,9 +73,7 @@ def build_command(
         elif stage in (3, 4):
             data = build_rl_prompts(items, bench.databases, stage=stage, source=tasks)
         else:
-            raise BirdrlError(
-                f"--stage must be 2, 3 or 4 (stage 1 needs a teacher model), got {stage}"
-            )
+            raise BirdrlError(f"--stage must be 1, 2, 3 or 4, got {stage}")
         path = data.write(out)
         rejected = ", ".join(f"{k}: {v}" for k, v in sorted(data.rejected.items())) or "none"
         console.print(
