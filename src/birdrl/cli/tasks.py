@@ -1,8 +1,22 @@
-"""``birdrl tasks ...``: checking task sets."""
+"""``birdrl tasks ...``: checking task sets, synthesizing new ones."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from birdrl.cli.common import clean_errors, results_console
@@ -13,13 +27,15 @@ from birdrl.cli.evaluate import (
     progress_bar,
     render_skipped,
 )
+from birdrl.data.mutations import FAMILIES
+from birdrl.data.synthesize import load_sql_examples, synthesize_tasks
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
 from birdrl.tasks.benchmark import open_benchmark
 
 __all__ = ["tasks_app"]
 
-tasks_app = typer.Typer(help="Task sets: validation.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Task sets: validation and synthesis.", no_args_is_help=True)
 
 
 @tasks_app.command("validate")
@@ -54,3 +70,90 @@ def validate_command(
         )
         if invalid:
             raise typer.Exit(1)
+
+
+@tasks_app.command("synthesize")
+def synthesize_command(
+    db: Annotated[Path, typer.Option("--db", help="The SQLite database the SQL runs on.")],
+    sql_file: Annotated[
+        Path,
+        typer.Option(
+            "--sql-file",
+            help="Correct SQL: a .sql file (statements separated by ;), .jsonl/.json BIRD "
+            "records (SQL, question, evidence, db_id), or one query per line.",
+        ),
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Directory for tasks.jsonl and its README.md card.")
+    ] = Path("synthesized"),
+    per_sql: Annotated[int, typer.Option(help="Tasks per input statement, at most.")] = 2,
+    seed: Annotated[int, typer.Option(help="Same seed, same tasks.")] = 0,
+    families: Annotated[
+        str | None,
+        typer.Option(help=f"Comma-separated bug families (default: all): {', '.join(FAMILIES)}."),
+    ] = None,
+    db_id: Annotated[
+        str | None, typer.Option(help="The tasks' db_id (default: the database file's stem).")
+    ] = None,
+    workers: WorkersOption = None,
+) -> None:
+    """Make SQL-debugging tasks by injecting realistic bugs into correct SQL, keeping only
+    those whose bugged SQL fails and whose original passes the tests."""
+    console = results_console()
+    with clean_errors():
+        examples = load_sql_examples(sql_file)
+        chosen = [f.strip() for f in families.split(",") if f.strip()] if families else None
+        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
+        with _stage_progress() as progress:
+            result = synthesize_tasks(
+                db,
+                examples,
+                db_id=db_id,
+                per_sql=per_sql,
+                seed=seed,
+                families=chosen,
+                config=config,
+                progress=progress,
+            )
+        path = result.write(out)
+        table = Table(title=f"tasks synthesized on {result.db_id}")
+        table.add_column("bug family")
+        table.add_column("kept", justify="right")
+        for family in result.families:
+            table.add_row(family, str(result.by_family.get(family, 0)))
+        table.add_row("[bold]total[/]", f"[bold]{len(result.tasks)}[/]")
+        console.print(table)
+        if result.rejected:
+            rejected = Table(title="rejected")
+            rejected.add_column("reason")
+            rejected.add_column("count", justify="right")
+            for reason, count in result.rejected.most_common():
+                rejected.add_row(reason, str(count))
+            console.print(rejected)
+        console.print(
+            f"{len(result.tasks)} tasks from {len(examples)} statements written to "
+            f"[bold]{path}[/] (card: {path.parent / 'README.md'})",
+            highlight=False,
+        )
+
+
+@contextmanager
+def _stage_progress() -> Iterator[Callable[[str, int, int], None]]:
+    """A transient progress bar on stderr, one row per stage."""
+    progress = Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    rows: dict[str, TaskID] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in rows:
+            rows[stage] = progress.add_task(stage, total=total)
+        progress.update(rows[stage], completed=done, total=total)
+
+    with progress:
+        yield update
