@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 from birdrl.agents.rollout import RolloutConfig, run_episodes
 from birdrl.agents.scripted import ScriptedAgent
-from birdrl.db import PoolConfig, ReplicaPool
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.tools import render_tool_call
-from birdrl.evaluation import EvalConfig, Evaluator
+from birdrl.evaluation import EvalConfig
+from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.benchmark import open_benchmark
 
 QUERY = (
@@ -41,13 +39,8 @@ def overhead(bench, repeats: int) -> None:
         t0 = time.perf_counter()
         raw_conn.execute(QUERY).fetchall()
         raw.append(time.perf_counter() - t0)
-    with (
-        tempfile.TemporaryDirectory() as root,
-        ReplicaPool(
-            {"chinook": bench.databases["chinook"]}, PoolConfig(root=Path(root), replicas_per_db=1)
-        ) as pool,
-        Evaluator({"chinook": bench.databases["chinook"]}, EvalConfig(workers=1)) as ev,
-    ):
+    chinook = {"chinook": bench.databases["chinook"]}
+    with scoring_session(chinook, eval_config=EvalConfig(workers=1)) as (pool, ev):
         env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=repeats + 10, max_context_tokens=None))
         env.reset(task)
         text = render_tool_call("execute_sql", {"sql": QUERY})
@@ -69,13 +62,9 @@ def overhead(bench, repeats: int) -> None:
 def throughput(bench) -> None:
     tasks = bench.debugging_tasks() * 4  # 192 episodes, so 64 can really be in flight
     for concurrency in (1, 8, 64):
-        with (
-            tempfile.TemporaryDirectory() as root,
-            ReplicaPool(
-                bench.databases, PoolConfig(root=Path(root), replicas_per_db=concurrency)
-            ) as pool,
-            Evaluator(bench.databases, EvalConfig(workers=2)) as ev,
-        ):
+        with scoring_session(
+            bench.databases, replicas_per_db=concurrency, eval_config=EvalConfig(workers=2)
+        ) as (pool, ev):
             t0 = time.perf_counter()
             trajs = run_episodes(
                 tasks, ScriptedAgent("explorer"), pool, ev, RolloutConfig(concurrency=concurrency)

@@ -7,7 +7,6 @@ plus average turns, tool-call validity and stop-reason counts.
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -15,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.agents.rollout import RolloutConfig, Trajectory, run_episodes
-from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.env.types import Message
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Score, Summary
+from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Category, Task
 
 __all__ = ["AgentEvalResult", "evaluate_agent", "summarize_trajectories"]
@@ -81,10 +80,10 @@ def evaluate_agent(
     """Run `agent` on every task in the environment and score it."""
     cfg = rollout or RolloutConfig()
     used = {t.db_id: databases[t.db_id] for t in tasks}
-    with tempfile.TemporaryDirectory(prefix="birdrl-rollout-") as root:
-        pool_config = PoolConfig(root=Path(root), replicas_per_db=max(cfg.concurrency, 1))
-        with ReplicaPool(used, pool_config) as pool, Evaluator(used, eval_config) as evaluator:
-            trajectories = run_episodes(
-                tasks, agent, pool, evaluator, replace(cfg, worker_id=None), progress, token_counter
-            )
+    with scoring_session(
+        used, replicas_per_db=cfg.concurrency, eval_config=eval_config, prefix="birdrl-rollout-"
+    ) as (pool, evaluator):
+        trajectories = run_episodes(
+            tasks, agent, pool, evaluator, replace(cfg, worker_id=None), progress, token_counter
+        )
     return AgentEvalResult(trajectories, summarize_trajectories(trajectories))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,11 +13,11 @@ from birdrl.agents.base import GenerationConfig
 from birdrl.agents.registry import AGENT_SPECS, make_agent, token_counter_for
 from birdrl.agents.rollout import play_episode
 from birdrl.cli.common import clean_errors
-from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.types import StepResult
 from birdrl.errors import BirdrlError
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.benchmark import open_benchmark
 
 __all__ = ["demo_command"]
@@ -63,11 +61,9 @@ def demo_command(
             if result.observation:
                 console.print(Panel(result.observation, title="environment", border_style="green"))
 
-        with (
-            tempfile.TemporaryDirectory(prefix="birdrl-demo-") as root,
-            ReplicaPool(databases, PoolConfig(root=Path(root), replicas_per_db=1)) as pool,
-            Evaluator(databases, EvalConfig(workers=1)) as evaluator,
-        ):
+        with scoring_session(
+            databases, eval_config=EvalConfig(workers=1), prefix="birdrl-demo-"
+        ) as (pool, evaluator):
             env = SQLActEnv(
                 pool,
                 evaluator,

@@ -18,7 +18,6 @@ Each builder writes ``data.jsonl`` (``datasets.load_dataset("json", ...)`` reads
 from __future__ import annotations
 
 import json
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,13 +27,13 @@ from typing import Any
 from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory
 from birdrl.data.teachers import Teacher, gather_evidence
-from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS
 from birdrl.env.types import Message
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Task
 
 __all__ = [
@@ -180,36 +179,36 @@ def build_reasoning_sft(
     data = StageDataset(1, [], source or f"teacher {teacher.name}")
     data.notes.append("kept: answers whose SQL passes every test of the task when executed")
     used = {t.db_id: databases[t.db_id] for t in tasks}
-    with tempfile.TemporaryDirectory(prefix="birdrl-stage1-") as root:
-        pool_config = PoolConfig(root=Path(root), replicas_per_db=2)
-        with ReplicaPool(used, pool_config) as pool, Evaluator(used, eval_config) as evaluator:
-            for task in tasks:
-                if progress is not None:
-                    progress(task)
-                if not task.has_reference:
-                    data.rejected["no reference solution"] += 1
-                    continue
-                explanation = teacher.explain(task, gather_evidence(task, pool))
-                answer = extract_answer(explanation)
-                if answer is None:  # an offline explanation: append the verified fix
-                    script = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
-                    explanation = f"{explanation}\n<answer>\n```sql\n{script}\n```\n</answer>"
-                    answer = script
-                statements = split_statements(answer)
-                report = evaluator.evaluate(task, statements)
-                if report.infra_error:
-                    data.rejected["infrastructure error"] += 1
-                    continue
-                if not report.success:
-                    data.rejected["answer fails the tests"] += 1
-                    continue
-                prompt = build_messages(task, databases[task.db_id], single_turn=True)
-                data.rows.append(
-                    {
-                        "messages": [*prompt, {"role": "assistant", "content": explanation}],
-                        "instance_id": task.instance_id,
-                        "db_id": task.db_id,
-                        "category": task.category.value,
-                    }
-                )
+    with scoring_session(
+        used, replicas_per_db=2, eval_config=eval_config, prefix="birdrl-stage1-"
+    ) as (pool, evaluator):
+        for task in tasks:
+            if progress is not None:
+                progress(task)
+            if not task.has_reference:
+                data.rejected["no reference solution"] += 1
+                continue
+            explanation = teacher.explain(task, gather_evidence(task, pool))
+            answer = extract_answer(explanation)
+            if answer is None:  # an offline explanation: append the verified fix
+                script = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
+                explanation = f"{explanation}\n<answer>\n```sql\n{script}\n```\n</answer>"
+                answer = script
+            statements = split_statements(answer)
+            report = evaluator.evaluate(task, statements)
+            if report.infra_error:
+                data.rejected["infrastructure error"] += 1
+                continue
+            if not report.success:
+                data.rejected["answer fails the tests"] += 1
+                continue
+            prompt = build_messages(task, databases[task.db_id], single_turn=True)
+            data.rows.append(
+                {
+                    "messages": [*prompt, {"role": "assistant", "content": explanation}],
+                    "instance_id": task.instance_id,
+                    "db_id": task.db_id,
+                    "category": task.category.value,
+                }
+            )
     return data
