@@ -20,6 +20,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (whole training runs) only run when selected with ``-m slow``."""
+    if "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow training run: select it with `pytest -m slow`")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def build_template(path: Path, *, rows: int = 300, seed: int = 0) -> Path:
     """A small shop database with the features contamination can hide in: AUTOINCREMENT
     (sqlite_sequence), an index, a view, a trigger, NULLs, text dates, a WITHOUT ROWID table."""

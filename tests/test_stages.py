@@ -55,6 +55,15 @@ def test_to_sft_messages_structures_tool_calls() -> None:
     }
     assert out[3] == {"role": "tool", "name": "execute_sql", "content": "1"}
     assert out[4] == {"role": "assistant", "content": "garbage"}
+    submit = to_sft_messages(
+        [
+            {
+                "role": "assistant",
+                "content": render_tool_call("submit_solution", {"sql": ["A;", "B"]}),
+            }
+        ]
+    )
+    assert submit[0]["tool_calls"][0]["function"]["arguments"] == {"sql": "A;\nB;"}
 
 
 def test_stage2_keeps_only_solved_episodes(bench, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from birdrl import __version__
+from birdrl.cli.curriculum import curriculum_command
 from birdrl.cli.data import data_app
 from birdrl.cli.demo import demo_command
 from birdrl.cli.evaluate import eval_command
@@ -29,6 +30,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
 app.command("eval")(eval_command)
 app.command("demo")(demo_command)
+app.command("curriculum")(curriculum_command)
 
 
 def _version(value: bool) -> None:

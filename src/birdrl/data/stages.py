@@ -31,7 +31,7 @@ from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS
-from birdrl.env.types import Message
+from birdrl.env.types import Message, ToolCall
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Task
@@ -83,7 +83,8 @@ class StageDataset:
 
 def to_sft_messages(messages: Sequence[Message]) -> list[Message]:
     """Environment messages → TRL conversational tool-calling format: each assistant turn's
-    ``<tool_call>`` blocks become ``tool_calls`` entries (arguments as dicts) and the text
+    ``<tool_call>`` blocks become ``tool_calls`` entries (arguments as dicts, statement
+    lists joined into one script) and the text
     outside them the content; parse-error feedback stays a user message."""
     out: list[Message] = []
     for m in messages:
@@ -96,11 +97,20 @@ def to_sft_messages(messages: Sequence[Message]) -> list[Message]:
         entry: Message = {"role": "assistant", "content": text}
         if calls:
             entry["tool_calls"] = [
-                {"type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+                {"type": "function", "function": {"name": c.name, "arguments": _arguments(c)}}
                 for c in calls
             ]
         out.append(entry)
     return out
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    """A list of statements becomes one script, so every row has one type per argument
+    (Arrow-backed datasets need that) and matches the ``sql: str`` tool of stage 4."""
+    args = dict(call.arguments)
+    if isinstance(args.get("sql"), list):
+        args["sql"] = ";\n".join(str(s).strip().rstrip(";") for s in args["sql"]) + ";"
+    return args
 
 
 def build_tool_use_sft(
@@ -138,7 +148,13 @@ def build_tool_use_sft(
 
 
 def build_rl_prompts(
-    tasks: Sequence[Task], databases: Mapping[str, Path], *, stage: int, source: str = ""
+    tasks: Sequence[Task],
+    databases: Mapping[str, Path],
+    *,
+    stage: int,
+    source: str = "",
+    sample_rows: int = 3,
+    budget_chars: int = 8000,
 ) -> StageDataset:
     """Stages 3 (single-turn) and 4 (agentic): the opening conversation of each task and the
     keys the reward function and environment use to find the task."""
@@ -155,7 +171,13 @@ def build_rl_prompts(
             data.rejected["no reference solution (cannot be rewarded)"] += 1
             continue
         row: dict[str, Any] = {
-            "prompt": build_messages(task, databases[task.db_id], single_turn=stage == 3),
+            "prompt": build_messages(
+                task,
+                databases[task.db_id],
+                single_turn=stage == 3,
+                sample_rows=sample_rows,
+                budget_chars=budget_chars,
+            ),
             "instance_id": task.instance_id,
             "db_id": task.db_id,
             "category": task.category.value,
@@ -174,8 +196,11 @@ def build_reasoning_sft(
     source: str = "",
     eval_config: EvalConfig | None = None,
     progress: Callable[[Task], None] | None = None,
+    sample_rows: int = 3,
+    budget_chars: int = 8000,
 ) -> StageDataset:
-    """Stage 1: single-turn prompt -> teacher explanation + fixed SQL, verified by execution."""
+    """Stage 1: single-turn prompt -> teacher explanation + fixed SQL, verified by execution.
+    `sample_rows` and `budget_chars` size the schema in the prompt."""
     data = StageDataset(1, [], source or f"teacher {teacher.name}")
     data.notes.append("kept: answers whose SQL passes every test of the task when executed")
     used = {t.db_id: databases[t.db_id] for t in tasks}
@@ -202,7 +227,13 @@ def build_reasoning_sft(
             if not report.success:
                 data.rejected["answer fails the tests"] += 1
                 continue
-            prompt = build_messages(task, databases[task.db_id], single_turn=True)
+            prompt = build_messages(
+                task,
+                databases[task.db_id],
+                single_turn=True,
+                sample_rows=sample_rows,
+                budget_chars=budget_chars,
+            )
             data.rows.append(
                 {
                     "messages": [*prompt, {"role": "assistant", "content": explanation}],

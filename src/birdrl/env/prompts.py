@@ -1,5 +1,6 @@
 """Prompts: the system prompt (tools and answer protocol), the user prompt (the issue, the
-buggy SQL, the database schema with a few sample rows), and the single-turn variant."""
+buggy SQL, the database schema with a few sample rows), the single-turn variant, and the
+single-turn text-to-SQL prompt (a question, its evidence and the schema)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 from birdrl.env.types import Message
-from birdrl.tasks.model import Task
+from birdrl.tasks.model import Task, TextToSQLTask
 
-__all__ = ["SYSTEM_AGENT", "SYSTEM_SINGLE", "build_messages", "render_schema"]
+__all__ = [
+    "SYSTEM_AGENT",
+    "SYSTEM_SINGLE",
+    "SYSTEM_TEXT2SQL",
+    "build_messages",
+    "build_text2sql_messages",
+    "render_schema",
+]
 
 SYSTEM_AGENT = """You are an expert SQLite engineer helping a user fix a SQL problem.
 You work on a private copy of the user's database with two tools:
@@ -30,6 +38,15 @@ Explain the bug briefly, then give the complete fixed SQL inside an answer block
 -- the fixed SQL (several statements are separated by semicolons)
 ```
 </answer>"""
+
+SYSTEM_TEXT2SQL = """You are an expert SQLite engineer answering a question about a database.
+Think briefly, then give one SQLite query that answers the question inside an answer block:
+<answer>
+```sql
+SELECT ...
+```
+</answer>
+Return exactly the columns the question asks for."""
 
 
 @lru_cache(maxsize=64)
@@ -97,4 +114,27 @@ def build_messages(
     return [
         {"role": "system", "content": SYSTEM_SINGLE if single_turn else SYSTEM_AGENT},
         {"role": "user", "content": _user_prompt(task, schema, single_turn)},
+    ]
+
+
+def build_text2sql_messages(
+    task: TextToSQLTask,
+    db_path: str | Path,
+    *,
+    sample_rows: int = 3,
+    budget_chars: int = 8000,
+) -> list[Message]:
+    """The single-turn conversation of a text-to-SQL task: the schema of `db_path`, the
+    question and its evidence; the answer is read back with `birdrl.env.parse.extract_answer`."""
+    schema = render_schema(db_path, sample_rows, budget_chars)
+    evidence = task.evidence.strip()
+    hint = f"Evidence (hints on the data):\n{evidence}\n\n" if evidence else ""
+    user = (
+        f"Database schema:\n{schema}\n\n"
+        f"Question:\n{task.question.strip()}\n\n{hint}"
+        "Give the SQL query in an <answer> block."
+    )
+    return [
+        {"role": "system", "content": SYSTEM_TEXT2SQL},
+        {"role": "user", "content": user},
     ]

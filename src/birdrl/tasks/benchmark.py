@@ -1,5 +1,6 @@
 """Opening a task set with its databases: a task file plus a database root, or the bundled
-benchmark (``bundled:train`` / ``bundled:test``), which needs no download."""
+benchmark (``bundled:train`` / ``bundled:test``, and its text-to-SQL set
+``bundled:text2sql-train`` / ``bundled:text2sql-test``), which needs no download."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 from birdrl.errors import BirdrlError
 from birdrl.tasks.load import LoadedTasks, load_tasks, resolve_databases
-from birdrl.tasks.model import Task
+from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
     "BUNDLED_SPLITS",
+    "BUNDLED_TEXT2SQL_SPLITS",
     "Benchmark",
     "BenchmarkSpecError",
     "bundled_task_file",
@@ -20,6 +22,9 @@ __all__ = [
 ]
 
 BUNDLED_SPLITS = ("train", "test")
+"""The bundled SQL-debugging splits (``tasks/{split}.jsonl``)."""
+BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")
+"""The bundled text-to-SQL splits (``tasks/text2sql/{train,test}.jsonl``)."""
 
 
 class BenchmarkSpecError(BirdrlError, ValueError):
@@ -41,14 +46,24 @@ class Benchmark:
             raise BenchmarkSpecError(f"{self.name} holds text-to-SQL tasks, not debugging tasks")
         return tasks
 
+    def text_to_sql_tasks(self) -> list[TextToSQLTask]:
+        """The tasks as text-to-SQL tasks; raises if the set holds debugging tasks."""
+        tasks = [t for t in self.tasks if isinstance(t, TextToSQLTask)]
+        if len(tasks) != len(self.tasks):
+            raise BenchmarkSpecError(f"{self.name} holds debugging tasks, not text-to-SQL tasks")
+        return tasks
+
 
 def bundled_task_file(split: str) -> Path:
     """The shipped task file of a bundled split."""
-    if split not in BUNDLED_SPLITS:
-        raise BenchmarkSpecError(
-            f"unknown bundled split {split!r}; choose one of: {', '.join(BUNDLED_SPLITS)}"
-        )
-    path = Path(str(resources.files("birdrl.tasks.bundled") / "tasks" / f"{split}.jsonl"))
+    tasks = resources.files("birdrl.tasks.bundled") / "tasks"
+    if split in BUNDLED_SPLITS:
+        path = Path(str(tasks / f"{split}.jsonl"))
+    elif split in BUNDLED_TEXT2SQL_SPLITS:
+        path = Path(str(tasks / "text2sql" / f"{split.removeprefix('text2sql-')}.jsonl"))
+    else:
+        choices = ", ".join(BUNDLED_SPLITS + BUNDLED_TEXT2SQL_SPLITS)
+        raise BenchmarkSpecError(f"unknown bundled split {split!r}; choose one of: {choices}")
     if not path.is_file():
         raise BenchmarkSpecError(f"bundled task file missing from the installation: {path}")
     return path

@@ -18,7 +18,7 @@ from typing import Any
 from birdrl.errors import BirdrlError
 from birdrl.tasks.bundled.catalog import BUNDLED_DB_IDS
 
-__all__ = ["make_splits", "split_records", "tasks_dir", "write_splits"]
+__all__ = ["jsonl_text", "make_splits", "split_records", "tasks_dir", "write_splits", "write_texts"]
 
 TEST_EVERY = 3
 
@@ -60,25 +60,32 @@ def split_records(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any
     return out
 
 
+def jsonl_text(records: list[dict[str, Any]]) -> str:
+    """Records as JSON lines (the shipped split files' format)."""
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
+def write_texts(texts: dict[str, str], target: Path) -> dict[str, Path]:
+    """Write ``{split: text}`` as ``target/{split}.jsonl``."""
+    paths = {}
+    for name, text in texts.items():
+        path = target / f"{name}.jsonl"
+        path.write_text(text, encoding="utf-8")
+        paths[name] = path
+    return paths
+
+
 def make_splits(source_dir: Path | None = None) -> dict[str, str]:
     """The text of ``train.jsonl`` and ``test.jsonl`` built from the source files."""
     src = source_dir or tasks_dir() / "source"
-    splits = split_records(_read_sources(src))
     return {
-        name: "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        for name, records in splits.items()
+        name: jsonl_text(records) for name, records in split_records(_read_sources(src)).items()
     }
 
 
 def write_splits(out_dir: Path | None = None, source_dir: Path | None = None) -> dict[str, Path]:
     """Write the splits next to the sources (or into `out_dir`)."""
-    target = out_dir or tasks_dir()
-    paths = {}
-    for name, text in make_splits(source_dir).items():
-        path = target / f"{name}.jsonl"
-        path.write_text(text, encoding="utf-8")
-        paths[name] = path
-    return paths
+    return write_texts(make_splits(source_dir), out_dir or tasks_dir())
 
 
 if __name__ == "__main__":

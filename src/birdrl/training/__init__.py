@@ -1,0 +1,1 @@
+"""The four-stage curriculum on TRL."""

@@ -1,0 +1,138 @@
+"""What the SFT and GRPO stages share: trainer arguments, LoRA, progress, checkpoints,
+and how a finished stage is saved (a plain model directory the next stage loads)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
+from birdrl.training.models import use_cuda
+
+__all__ = [
+    "StageOutput",
+    "TrainerHook",
+    "common_args",
+    "finish_stage",
+    "last_checkpoint",
+    "lora_config",
+    "prepare_trainer",
+    "progress_callback",
+]
+
+Progress = Callable[[str], None]
+TrainerHook = Callable[[Any], None]
+"""Called with the built trainer just before training (extra callbacks, inspection)."""
+
+
+@dataclass
+class StageOutput:
+    """A trained stage: where its model is and what the trainer logged."""
+
+    model_dir: Path
+    log_history: list[dict[str, Any]]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def common_args(
+    config: CurriculumConfig, out_dir: Path, stage: SFTStageConfig | GRPOStageConfig
+) -> dict[str, Any]:
+    """Keyword arguments both ``SFTConfig`` and ``GRPOConfig`` accept."""
+    cuda = use_cuda()
+    bf16 = cuda and config.dtype in ("auto", "bfloat16")
+    return {
+        "output_dir": str(out_dir / "trainer"),  # checkpoints; tensorboard logs in trainer/runs
+        "learning_rate": stage.learning_rate,
+        "per_device_train_batch_size": stage.batch_size,
+        "gradient_accumulation_steps": stage.grad_accum,
+        "max_steps": stage.max_steps,
+        "num_train_epochs": getattr(stage, "epochs", 1.0),
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "save_steps": config.save_steps,
+        "save_total_limit": 1,
+        "report_to": [] if config.report_to == "none" else [config.report_to],
+        "seed": config.seed,
+        "use_cpu": not cuda,
+        "bf16": bf16,
+        "activation_checkpointing": config.gradient_checkpointing,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,  # progress_callback prints one line per step instead
+    }
+
+
+def lora_config(config: CurriculumConfig) -> Any:
+    """A peft ``LoraConfig`` from the preset, or None for full fine-tuning."""
+    if not config.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    lora = config.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def progress_callback(progress: Progress | None, stage: str) -> Any:
+    """A transformers ``TrainerCallback`` that reports each logged step to `progress`."""
+    from transformers import TrainerCallback
+
+    class _Report(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if progress is None or not logs:
+                return
+            keys = ("loss", "reward", "kl", "entropy", "learning_rate")
+            shown = ", ".join(f"{k} {logs[k]:.4g}" for k in keys if isinstance(logs.get(k), float))
+            if shown:  # the end-of-training summary log has none of these
+                progress(f"{stage}: step {state.global_step}/{state.max_steps} {shown}")
+
+    return _Report()
+
+
+def prepare_trainer(trainer: Any, hook: TrainerHook | None) -> None:
+    """Drop transformers' raw log printer (`progress_callback` reports each step) and run
+    the caller's hook."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    if hook is not None:
+        hook(trainer)
+
+
+def last_checkpoint(out_dir: Path) -> str | None:
+    """The newest ``checkpoint-N`` of an interrupted stage, to resume from."""
+    root = out_dir / "trainer"
+    if not root.is_dir():
+        return None
+    found = [p for p in root.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
+
+
+def finish_stage(trainer: Any, tokenizer: Any, out_dir: Path, started: float) -> StageOutput:
+    """Merge LoRA adapters (if any) and save model + tokenizer to ``out_dir/model``; drop the
+    intermediate checkpoints (the saved model supersedes them; the logs stay)."""
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    dest = out_dir / "model"
+    tmp = out_dir / "model.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tokenizer.save_pretrained(str(tmp))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    history = list(trainer.state.log_history)
+    (out_dir / "log_history.json").write_text(json.dumps(history, indent=1), encoding="utf-8")
+    for checkpoint in (out_dir / "trainer").glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    return StageOutput(dest, history, time.monotonic() - started)

@@ -1,0 +1,264 @@
+"""Typed curriculum configuration and its presets.
+
+A preset is a TOML file (``birdrl/training/presets/<name>.toml`` or any path) read into
+`CurriculumConfig`. Unknown keys and wrongly typed values are errors that name the key
+and the file, so a typo never silently falls back to a default. ``--set key=value``
+overrides use the same dotted names (``stage3.max_steps=2``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from birdrl.errors import BirdrlError
+
+__all__ = [
+    "ConfigError",
+    "CurriculumConfig",
+    "EvalSettings",
+    "GRPOStageConfig",
+    "LoraSettings",
+    "PromptSettings",
+    "SFTStageConfig",
+    "apply_overrides",
+    "config_to_dict",
+    "list_presets",
+    "load_preset",
+]
+
+
+class ConfigError(BirdrlError, ValueError):
+    """A preset or override that does not fit the configuration schema."""
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How much of the database the prompts show (the schema dominates prompt length)."""
+
+    schema_budget_chars: int = 8000
+    """Characters of CREATE statements and sample rows in the user prompt."""
+    sample_rows: int = 3
+    """Sample rows shown per table."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """LoRA adapters (peft); merged into the weights at the end of each stage so the next
+    stage starts from a plain model directory."""
+
+    enabled: bool = True
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | list[str] = "all-linear"
+
+
+@dataclass(frozen=True)
+class SFTStageConfig:
+    """Stages 1 and 2: supervised fine-tuning on verified teacher data (TRL ``SFTTrainer``,
+    loss on assistant tokens only)."""
+
+    enabled: bool = True
+    teacher: str = "offline"
+    """Stage 1: ``offline`` or an agent spec; stage 2: an agent spec (``explorer``, ``openai:M``)."""
+    max_samples: int | None = None
+    """Use at most this many training tasks (None: all)."""
+    epochs: float = 2.0
+    max_steps: int = -1
+    """Optimizer steps (-1: derived from ``epochs``)."""
+    learning_rate: float = 1e-5
+    batch_size: int = 1
+    grad_accum: int = 8
+    max_length: int = 8192
+    """Longer samples are truncated (and counted in the stage notes)."""
+
+
+@dataclass(frozen=True)
+class GRPOStageConfig:
+    """Stages 3 (single-turn) and 4 (trajectory-level multi-turn): GRPO (TRL ``GRPOTrainer``)."""
+
+    enabled: bool = True
+    max_samples: int | None = None
+    max_steps: int = 200
+    learning_rate: float = 1e-6
+    batch_size: int = 8
+    """Completions per device per optimizer step (a multiple of ``num_generations``)."""
+    grad_accum: int = 1
+    num_generations: int = 8
+    """Group size G: completions per prompt."""
+    max_completion_length: int = 1024
+    """Token budget of a completion; in stage 4 the whole episode (tool results included)."""
+    temperature: float = 1.0
+    beta: float = 0.0
+    """KL weight towards the reference policy (stage 4: stage 3's model)."""
+    reward: str = "execution"
+    """``execution`` (default, test pass rate) or an ablation: ``local``, ``heuristic``, ``judge``."""
+    judge: str | None = None
+    """Agent spec of the LLM judge (``openai:MODEL``) for ``reward = "judge"``."""
+    text2sql_ratio: float = 0.0
+    """Debugging prompts per text-to-SQL prompt (3.0 = 3:1; stage 3 default); 0 disables
+    mixing. Stage 3 only: stage 4 trains on debugging episodes."""
+    max_tool_calls: int = 5
+    """Stage 4: tool calls per episode."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """The held-out evaluation run after each stage."""
+
+    limit: int | None = None
+    """Evaluate on the first N held-out tasks (None: all)."""
+    max_new_tokens: int = 1024
+    max_tool_calls: int = 5
+    batch_size: int = 8
+    """Episodes in flight (conversations per generate call)."""
+    base_model: bool = True
+    """Also evaluate the starting model (stage 0) for the report's baseline."""
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """The whole four-stage run."""
+
+    name: str = "custom"
+    description: str = ""
+    model: str = "embedded"
+    """Starting model: ``embedded``, a local directory, or a hub id (needs network)."""
+    tasks: str = "bundled:train"
+    eval_tasks: str = "bundled:test"
+    text2sql_tasks: str | None = "bundled:text2sql-train"
+    """Text-to-SQL source for multi-task mixing (used when a stage's ``text2sql_ratio`` > 0)."""
+    db_root: str | None = None
+    seed: int = 0
+    dtype: str = "auto"
+    """``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16``."""
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    """Generate with vLLM in GRPO stages (needs a GPU and the vllm package)."""
+    report_to: str = "tensorboard"
+    """TRL/transformers ``report_to`` (``none`` to disable)."""
+    save_steps: int = 50
+    """Checkpoint every N steps inside a stage, so ``--resume`` continues mid-stage."""
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    stage1: SFTStageConfig = field(default_factory=SFTStageConfig)
+    stage2: SFTStageConfig = field(default_factory=lambda: SFTStageConfig(teacher="explorer"))
+    stage3: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(text2sql_ratio=3.0))
+    stage4: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(beta=0.04))
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against the annotation `tp` (scalars, optionals, lists, dataclasses)."""
+    if isinstance(tp, type) and is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {type(value).__name__}")
+        return _merge(tp(), value, where)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(tp):
+            if option is type(None):
+                if value is None:
+                    return None
+                continue
+            try:
+                return _coerce(value, option, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: invalid value {value!r}")
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool):
+        if type(value) is not tp:
+            raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover - schema bug
+
+
+def list_presets() -> list[str]:
+    """Names of the presets shipped with birdrl."""
+    folder = resources.files("birdrl.training").joinpath("presets")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_preset(name_or_path: str | Path) -> CurriculumConfig:
+    """A shipped preset by name (``tiny``) or a TOML file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"preset file {path} does not exist")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    else:
+        entry = resources.files("birdrl.training").joinpath(f"presets/{name_or_path}.toml")
+        if not entry.is_file():
+            raise ConfigError(
+                f"unknown preset {str(name_or_path)!r}; shipped presets: "
+                f"{', '.join(list_presets())} (or give a path to a .toml file)"
+            )
+        text, where = entry.read_text(encoding="utf-8"), f"preset {name_or_path}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: invalid TOML: {exc}") from exc
+    try:
+        config: CurriculumConfig = _merge(CurriculumConfig(), data, "")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return config
+
+
+def apply_overrides(config: CurriculumConfig, overrides: list[str]) -> CurriculumConfig:
+    """Apply ``key=value`` overrides; values are TOML literals (``2``, ``"x"``, ``true``),
+    and a bare word is taken as a string."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected key=value (e.g. stage3.max_steps=2)")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        parts = key.strip().split(".")
+        nested: dict[str, Any] = {parts[-1]: value}
+        for part in reversed(parts[:-1]):
+            nested = {part: nested}
+        config = _merge(config, nested, "")
+    return config
+
+
+def _merge(obj: Any, data: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(obj)}
+    hints = typing.get_type_hints(type(obj))
+    values = {}
+    for name, value in data.items():
+        key = f"{where}.{name}" if where else name
+        if name not in known:
+            raise ConfigError(f"unknown setting {key!r} (known here: {', '.join(sorted(known))})")
+        # a partial table keeps the field's own defaults (stage4.beta stays 0.04)
+        current = getattr(obj, name)
+        if is_dataclass(current) and isinstance(value, dict):
+            values[name] = _merge(current, value, key)
+        else:
+            values[name] = _coerce(value, hints[name], key)
+    return replace(obj, **values)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """The configuration as plain data (for the run's ``config.json`` and the report)."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,182 @@
+"""The SQL-Act environment in the shape TRL's multi-turn GRPO expects
+(``GRPOTrainer(environment_factory=...)``): tools as methods, ``reset(**row)``,
+``get_reward()``.
+
+TRL constructs a few instances and reuses them across batches through ``reset``; each
+instance wraps one `SQLActEnv`, so the trajectory-scoped lease of the design carries over:
+``reset`` first releases the previous episode's lease (the delayed release; a submission
+releases it at once), then leases a replica for the new trajectory and runs the task's
+``preprocess_sql`` on it. Tool calls run on that replica; ``submit_solution`` scores the
+submission on it with the same evaluator the benchmark uses. The reward is the fraction of
+hidden tests passed (0 when the episode ended without a submission); an infrastructure
+failure gives ``None`` so TRL keeps it out of the advantage instead of scoring it as wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import types
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from birdrl.db.pool import ReplicaPool
+from birdrl.db.statements import split_statements
+from birdrl.env.sqlact import EnvConfig, SQLActEnv
+from birdrl.env.tools import render_tool_call
+from birdrl.env.types import StopReason
+from birdrl.errors import BirdrlError
+from birdrl.evaluation.evaluator import Evaluator
+from birdrl.tasks.model import Task
+
+__all__ = ["EpisodeStats", "SQLActToolEnv", "ToolEnvSession", "tool_schemas"]
+
+EPISODE_OVER = (
+    "The episode is over: the solution was already submitted or the tool budget is spent."
+)
+
+
+class EpisodeStats:
+    """Counters over all episodes of a session (for stage notes and tests)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.episodes = 0
+        self.submitted = 0
+        self.solved = 0
+        self.infra_errors = 0
+        self.tool_calls = 0
+
+
+class ToolEnvSession:
+    """What all environment instances of one training stage share: the tasks, the replica
+    pool, the evaluator and the episode limits. `factory` is what TRL receives;
+    `close()` releases every lease the instances still hold."""
+
+    def __init__(
+        self,
+        tasks: Mapping[str, Task],
+        pool: ReplicaPool,
+        evaluator: Evaluator,
+        config: EnvConfig | None = None,
+        *,
+        prefix: str = "grpo",
+    ) -> None:
+        self.tasks = dict(tasks)
+        self.pool = pool
+        self.evaluator = evaluator
+        self.config = config or EnvConfig(mode="agent", max_context_tokens=None)
+        self.prefix = prefix
+        self.stats = EpisodeStats()
+        self.instances: list[SQLActToolEnv] = []
+        self._ids = itertools.count()
+
+    @property
+    def factory(self) -> partial[SQLActToolEnv]:
+        return partial(SQLActToolEnv, self)
+
+    def next_traj_id(self) -> str:
+        return f"{self.prefix}-{next(self._ids)}"
+
+    def close(self) -> None:
+        for instance in self.instances:
+            instance.close()
+
+
+class SQLActToolEnv:
+    """One reusable episode slot; TRL exposes its public methods as the model's tools."""
+
+    def __init__(self, session: ToolEnvSession) -> None:
+        self._session = session
+        self._env = SQLActEnv(session.pool, session.evaluator, session.config)
+        self._reward: float | None = 0.0
+        self._done = True
+        session.instances.append(self)
+
+    def reset(self, **row: object) -> None:
+        """Start the episode of the row's task (``instance_id`` column); the prompt itself
+        comes from the dataset row, so nothing is appended to it."""
+        instance_id = row.get("instance_id")
+        task = self._session.tasks.get(str(instance_id))
+        if task is None:
+            raise BirdrlError(
+                f"stage-4 row names instance_id {instance_id!r}, which is not among the "
+                f"{len(self._session.tasks)} training tasks"
+            )
+        self._env.reset(task, self._session.next_traj_id())
+        self._reward = 0.0
+        self._done = False
+        with self._session.stats.lock:
+            self._session.stats.episodes += 1
+
+    def execute_sql(self, sql: str) -> str:
+        """Run SQL on your private copy of the database and see the result or the error.
+        Changes you make persist for the rest of this conversation and are seen by your
+        submitted solution.
+
+        Args:
+            sql: One or more SQL statements.
+
+        Returns:
+            The result table (truncated) or the error message.
+        """
+        return self._call("execute_sql", sql)
+
+    def submit_solution(self, sql: str) -> str:
+        """Submit the fixed SQL and end the conversation. It is run once, statement by
+        statement, and checked by hidden tests.
+
+        Args:
+            sql: The fixed SQL; several statements are separated by semicolons.
+
+        Returns:
+            How many hidden tests passed.
+        """
+        statements = split_statements(sql) if isinstance(sql, str) else []
+        argument: str | list[str] = statements if len(statements) > 1 else sql
+        return self._call("submit_solution", argument)
+
+    def get_reward(self) -> float | None:
+        """Fraction of hidden tests passed by the submission; 0 without one; None after an
+        infrastructure failure."""
+        return self._reward
+
+    def close(self) -> None:
+        """Release the lease now (end of training)."""
+        self._env.close()
+        self._done = True
+
+    def _call(self, name: str, sql: str | list[str]) -> str:
+        if self._done:
+            return EPISODE_OVER
+        stats = self._session.stats
+        result = self._env.step(render_tool_call(name, {"sql": sql}))
+        with stats.lock:
+            stats.tool_calls += 1
+        if result.done:
+            self._done = True
+            reason = result.stop_reason
+            if reason is StopReason.INFRA_ERROR:
+                self._reward = None
+                with stats.lock:
+                    stats.infra_errors += 1
+            else:
+                self._reward = float(result.reward)
+                if reason is StopReason.SUBMITTED:
+                    with stats.lock:
+                        stats.submitted += 1
+                        stats.solved += result.reward >= 1.0
+        return str(result.observation)
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The JSON schemas TRL derives from `SQLActToolEnv`'s tool methods (their signatures
+    and docstrings): stage-2 SFT shows the model these, so its prompts match stage 4."""
+    from transformers.utils import get_json_schema
+
+    probe = object()
+    return [
+        get_json_schema(types.MethodType(method, probe))
+        for method in (SQLActToolEnv.execute_sql, SQLActToolEnv.submit_solution)
+    ]

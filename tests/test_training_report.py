@@ -1,0 +1,177 @@
+"""The curriculum report: tables with the measured numbers and honest deltas, valid PNG plots,
+a JSON round trip of stage records, and a markdown-only report without matplotlib."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from birdrl.training.report import ReportError, StageRecord, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUMMARY = {"preset": "smoke", "model": "tiny-random", "fine-tuning": "LoRA r=8"}
+
+
+def _eval(sr: float, query: float, management: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "mode": "agent",
+        "n": 20,
+        "success_rate": sr,
+        "per_category": {"Query": query, "Management": management},
+        "avg_turns": 2.5,
+        **extra,
+    }
+
+
+def _records() -> list[StageRecord]:
+    sft_log: list[dict[str, Any]] = [
+        {"step": s, "loss": 2.0 - 0.1 * s, "learning_rate": 1e-4} for s in range(1, 5)
+    ]
+    sft_log.append({"step": 4, "train_runtime": 3.2, "train_loss": 1.75})
+    grpo_log = [
+        {"step": s, "reward": 0.1 * s, "reward_std": 0.05, "kl": 0.01 * s, "entropy": 1.0}
+        for s in range(1, 4)
+    ]
+    return [
+        StageRecord(0, "base model", "base", "/m/base", 12.0, [], _eval(0.10, 0.2, 0.0), []),
+        StageRecord(
+            1, "reasoning SFT", "sft", "/m/s1", 95.0, sft_log, _eval(0.15, 0.25, 0.05), ["lr 1e-4"]
+        ),
+        StageRecord(2, "tool-use SFT", "sft", "/m/s2", 30.0, sft_log[:2], None, ["no eval"]),
+        StageRecord(
+            3, "single-turn GRPO", "grpo", "/m/s3", 40.0, grpo_log, _eval(0.15, 0.3, 0.0), []
+        ),
+        StageRecord(
+            4,
+            "multi-turn GRPO",
+            "grpo",
+            "/m/s4",
+            50.0,
+            [{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.7}],
+            _eval(0.121, 0.3, None),
+            [],
+        ),
+    ]
+
+
+def _rows(text: str, section: str) -> dict[str, list[str]]:
+    """The rows of the first table under `## section`, keyed by their first cell (stage)."""
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in body.splitlines() if line.startswith("| ")]
+    return {cells[0].strip(): [c.strip() for c in cells] for cells in rows[1:]}
+
+
+def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
+    path = write_report(
+        tmp_path, _records(), title="birdrl curriculum: smoke", config_summary=SUMMARY
+    )
+    assert path == tmp_path / "report.md"
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# birdrl curriculum: smoke\n")
+    assert "| fine-tuning | LoRA r=8 |" in text
+
+    sr = _rows(text, "Success rate")
+    header = text.split("## Success rate\n", 1)[1].split("\n")[1]
+    assert "| SR | Δ SR | Management | Query |" in header
+    assert sr["0"][4:8] == ["10.0%", "—", "0.0%", "20.0%"]
+    assert sr["1"][4:8] == ["15.0%", "+5.0 pts", "5.0% (+5.0 pts)", "25.0% (+5.0 pts)"]
+    assert sr["2"][2:] == ["—"] * (len(sr["2"]) - 2)  # not evaluated: nothing invented
+    # stage 3 is compared with stage 1 (the previous evaluated stage), not with stage 2
+    assert sr["3"][4:8] == ["15.0%", "no change", "0.0% (-5.0 pts)", "30.0% (+5.0 pts)"]
+    assert sr["4"][4:8] == ["12.1%", "-2.9 pts", "—", "30.0% (no change)"]
+    assert sr["0"][8:10] == ["2.50", "—"]  # avg turns measured; tool-call validity was not
+    assert (
+        "From stage 0 (base model) to stage 4 (multi-turn GRPO): 10.0% → 12.1% (+2.1 pts)." in text
+    )
+
+    training = _rows(text, "Training")
+    assert training["0"][3:] == ["12.0 s (eval)", "—", "—"]
+    assert training["1"][3:5] == ["1 min 35 s", "4"]
+    assert training["1"][5] == "loss 1.900 → 1.600"
+    assert training["3"][5] == "reward 0.100 → 0.300"
+    assert training["4"][5] == "reward 0.500 → 0.700"
+
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    expected = {
+        "plots/success_rate.png",
+        "plots/stage1_loss.png",
+        "plots/stage2_loss.png",
+        "plots/stage3_reward.png",
+        "plots/stage3_kl.png",
+        "plots/stage4_reward.png",  # stage 4 logged no KL: no KL plot
+    }
+    assert set(links) == expected
+    for link in links:
+        assert (tmp_path / link).read_bytes()[:8] == PNG_MAGIC
+    assert not (tmp_path / "plots/stage4_kl.png").exists()
+
+    notes = text.split("## Notes\n", 1)[1]
+    assert "### Stage 2: tool-use SFT" in notes and "- not evaluated" in notes
+    assert "- lr 1e-4" in notes and "- model: `/m/s3`" in notes
+
+
+def test_missing_metrics_are_dashes_and_unlike_evaluations_are_flagged(tmp_path: Path) -> None:
+    records = [
+        StageRecord(0, "base model", "base", "/m/b", 1.0, [], {"mode": "agent", "n": 20}, []),
+        StageRecord(
+            1, "reasoning SFT", "sft", "/m/1", 2.0, [{"step": 1}], _eval(0.2, 0.2, 0.2), []
+        ),
+        StageRecord(
+            3,
+            "single-turn GRPO",
+            "grpo",
+            "/m/3",
+            3.0,
+            [],
+            {"mode": "single", "n": 20, "success_rate": 0.2},
+            [],
+        ),
+    ]
+    text = write_report(tmp_path, records, title="t", config_summary={}).read_text()
+    sr = _rows(text, "Success rate")
+    assert sr["0"][4:6] == ["—", "—"]
+    assert sr["1"][4:6] == ["20.0%", "—"]  # the previous stage has no success rate to compare
+    assert sr["3"][4:6] == ["20.0%", "no change †"]
+    assert sr["3"][6:] == ["—"] * 5
+    assert "† evaluated differently" in text
+    training = _rows(text, "Training")
+    assert training["1"][4:] == ["1", "loss: —"]
+    assert training["3"][4:] == ["—", "reward: —"]
+    assert re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text) == ["plots/success_rate.png"]
+
+
+def test_no_evaluation_at_all(tmp_path: Path) -> None:
+    record = StageRecord(1, "reasoning SFT", "sft", "/m/1", 2.0, [], None, [])
+    text = write_report(tmp_path, [record], title="t", config_summary={"a": "x|y"}).read_text()
+    assert "No stage was evaluated." in text
+    assert "Nothing to plot" in text
+    assert "| a | x\\|y |" in text
+
+
+def test_stage_record_json_round_trip() -> None:
+    for record in _records():
+        data = json.loads(json.dumps(record.to_dict()))
+        assert StageRecord.from_dict(data) == record
+    data = _records()[1].to_dict()
+    del data["log_history"]
+    with pytest.raises(ReportError, match="log_history"):
+        StageRecord.from_dict(data)
+    with pytest.raises(ReportError, match="kind"):
+        StageRecord.from_dict({**_records()[1].to_dict(), "kind": "dpo"})
+
+
+def test_without_matplotlib_the_markdown_is_still_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)  # makes these imports fail
+    text = write_report(tmp_path, _records(), title="t", config_summary=SUMMARY).read_text()
+    assert "Plots were skipped: matplotlib is not installed" in text
+    assert "](plots/" not in text
+    assert not list(tmp_path.glob("plots/*.png"))
+    assert _rows(text, "Success rate")["1"][5] == "+5.0 pts"
