@@ -181,3 +181,29 @@ def test_resume_skips_finished_stages(smoke: dict[str, Any], tmp_path: Path) -> 
     changed = apply_overrides(smoke["config"], ["stage3.max_steps=3"])
     with pytest.raises(ConfigError, match="changed: stage3"):
         run_curriculum(changed, run_dir, resume=True)
+
+
+def test_resume_may_reconfigure_stages_not_started(smoke: dict[str, Any], tmp_path: Path) -> None:
+    config = smoke["config"]
+    run_dir = tmp_path / "partial"
+    first = run_curriculum(config, run_dir, stages=[1])
+    assert [r.stage for r in first.records] == [0, 1]
+    later = apply_overrides(config, ["stage2.learning_rate=0.002", "stage3.enabled=false"])
+    with pytest.raises(ConfigError, match="changed: stage1"):
+        run_curriculum(apply_overrides(later, ["stage1.max_steps=1"]), run_dir, resume=True)
+    second = run_curriculum(later, run_dir, stages=[1, 2], resume=True)
+    assert second.skipped == [0, 1]
+    assert [r.stage for r in second.records] == [0, 1, 2]
+    assert second.records[2].notes[0] == f"started from {first.records[1].model_dir}"
+
+
+def test_use_vllm_without_vllm_or_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    import importlib.util
+
+    from birdrl.training.grpo import _grpo_args
+
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        pytest.skip("vLLM and a GPU are present: use_vllm is valid here")
+    config = apply_overrides(load_preset("smoke"), ["use_vllm=true"])
+    with pytest.raises(ConfigError, match="use_vllm = true needs the vllm package"):
+        _grpo_args(config, config.stage3, tmp_path, multi_turn=False)

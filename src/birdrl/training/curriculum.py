@@ -358,10 +358,13 @@ def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> Non
             )
         previous = json.loads(saved.read_text(encoding="utf-8"))
         changed = sorted(k for k in current if previous.get(k) != current[k])
-        if changed:
+        # settings of stages that have not started yet may change; nothing else may
+        fixed = [k for k in changed if not (k.startswith("stage") and not (run_dir / k).exists())]
+        if fixed:
             raise ConfigError(
-                f"{run_dir}: the configuration differs from the run being resumed "
-                f"(changed: {', '.join(changed)}); use a new output directory"
+                f"{run_dir}: the configuration differs from the run being resumed in "
+                f"settings that finished or started stages used (changed: {', '.join(fixed)}); "
+                "use a new output directory (only stages not yet started may be reconfigured)"
             )
     run_dir.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(current, indent=1), encoding="utf-8")

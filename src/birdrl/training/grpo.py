@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -33,9 +34,9 @@ from birdrl.training.common import (
     prepare_trainer,
     progress_callback,
 )
-from birdrl.training.config import CurriculumConfig, GRPOStageConfig
+from birdrl.training.config import ConfigError, CurriculumConfig, GRPOStageConfig
 from birdrl.training.environment import ToolEnvSession
-from birdrl.training.models import load_policy, load_tokenizer
+from birdrl.training.models import load_policy, load_tokenizer, use_cuda
 from birdrl.training.rewards import make_reward
 
 __all__ = ["mix_text2sql", "run_grpo_stage"]
@@ -58,6 +59,16 @@ def mix_text2sql(
     return mixed
 
 
+def _check_vllm() -> None:
+    """``use_vllm`` needs vLLM and a GPU; say so before TRL fails deep inside."""
+    if importlib.util.find_spec("vllm") is None or not use_cuda():
+        raise ConfigError(
+            "use_vllm = true needs the vllm package and a CUDA GPU "
+            f"({'vllm is not installed' if importlib.util.find_spec('vllm') is None else 'no GPU found'}); "
+            "install vllm on a GPU machine, or run with --set use_vllm=false (plain generate)"
+        )
+
+
 def _grpo_args(
     config: CurriculumConfig, stage_config: GRPOStageConfig, out_dir: Path, multi_turn: bool
 ) -> Any:
@@ -67,6 +78,7 @@ def _grpo_args(
     if multi_turn:
         extra["max_tool_calling_iterations"] = stage_config.max_tool_calls
     if config.use_vllm:
+        _check_vllm()
         extra.update(use_vllm=True, vllm_mode="colocate")
     return GRPOConfig(
         **common_args(config, out_dir, stage_config),
