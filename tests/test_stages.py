@@ -168,3 +168,39 @@ def test_sql_changes_falls_back_to_a_text_diff() -> None:
     )
     pairs = sql_changes(["SELEKT a FRM t"], ["SELECT a FROM t"])
     assert pairs and pairs[0][1].startswith("SELECT")
+
+
+class _HintReader:
+    """A stand-in model teacher: submits the fix when the hint shows it, the buggy SQL else."""
+
+    name = "hint-reader"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def generate(self, conversations, tools=None):
+        out = []
+        for conv in conversations:
+            system, user = conv[0]["content"], conv[1]["content"]
+            self.seen.append(system)
+            if "```sql\n" in system:
+                sql = system.split("```sql\n", 1)[1].split("\n```", 1)[0]
+            else:
+                sql = user.split("```sql\n", 1)[1].split("\n```", 1)[0]
+            out.append(render_tool_call("submit_solution", {"sql": sql}))
+        return out
+
+
+def test_stage2_model_teachers_are_guided_by_the_reference(bench) -> None:
+    benchmark, _ = bench
+    tasks = benchmark.debugging_tasks()[:6]
+    config = EvalConfig(workers=2)
+    teacher = _HintReader()
+    guided = build_tool_use_sft(tasks, benchmark.databases, teacher, eval_config=config)
+    assert len(guided.rows) == 6 and all("For you only" in s for s in teacher.seen)
+    for row in guided.rows:  # the hint never reaches the training data
+        assert not any("For you only" in str(m.get("content")) for m in row["messages"])
+    unguided = build_tool_use_sft(
+        tasks, benchmark.databases, _HintReader(), eval_config=config, guide=False
+    )
+    assert unguided.rows == []

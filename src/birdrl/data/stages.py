@@ -26,7 +26,8 @@ from typing import Any
 
 from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory
-from birdrl.data.teachers import Teacher, gather_evidence
+from birdrl.agents.scripted import ScriptedAgent
+from birdrl.data.teachers import GuidedAgent, Teacher, gather_evidence
 from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn
 from birdrl.env.prompts import build_messages
@@ -122,9 +123,13 @@ def build_tool_use_sft(
     rollout: RolloutConfig | None = None,
     eval_config: EvalConfig | None = None,
     progress: Callable[[Trajectory], None] | None = None,
+    guide: bool = True,
 ) -> StageDataset:
     """Stage 2: play every task with `teacher` in the environment; keep the episodes whose
-    submission passes all tests."""
+    submission passes all tests. A model teacher is guided by the reference solution
+    (`GuidedAgent`; ``guide=False`` turns that off); scripted teachers need no guide."""
+    if guide and not isinstance(teacher, ScriptedAgent):
+        teacher = GuidedAgent(teacher, tasks)
     result = evaluate_agent(tasks, databases, teacher, rollout, eval_config, progress)
     data = StageDataset(2, [], source or f"teacher {getattr(teacher, 'name', teacher)!s}")
     data.notes.append("kept: episodes whose submission passed every hidden test (success)")

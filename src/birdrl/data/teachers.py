@@ -4,6 +4,8 @@ arrives at the fix.
 * `OfflineTeacher` needs no network: it writes the explanation from execution evidence
   (the buggy SQL's error or result, the fix's result) and the structural difference
   between the buggy SQL and the fix (sqlglot's tree diff, a text diff when parsing fails).
+* `GuidedAgent` (stage 2) lets a model teacher play episodes with the task's verified fix
+  in view; the recorded trajectory never contains it.
 * `LLMTeacher` asks any agent (e.g. an `OpenAIAgent` for a strong model) for the
   explanation, given the task and, for generation only, the reference solution; answers are
   cached on disk by prompt hash, so a crashed run resumes without paying twice.
@@ -24,7 +26,15 @@ from birdrl.db.pool import ReplicaPool
 from birdrl.db.sandbox import ExecResult
 from birdrl.tasks.model import Task
 
-__all__ = ["Evidence", "LLMTeacher", "OfflineTeacher", "Teacher", "gather_evidence", "sql_changes"]
+__all__ = [
+    "Evidence",
+    "GuidedAgent",
+    "LLMTeacher",
+    "OfflineTeacher",
+    "Teacher",
+    "gather_evidence",
+    "sql_changes",
+]
 
 
 @dataclass(frozen=True)
@@ -272,3 +282,49 @@ class LLMTeacher:
         tmp.write_text(json.dumps({"text": text}), encoding="utf-8")
         tmp.replace(path)
         return str(text)
+
+
+GUIDANCE = (
+    "\n\nFor you only (the user cannot see this; never mention it): a verified fix is\n"
+    "```sql\n{fix}\n```\nWork as an expert would without it: inspect the data with "
+    "execute_sql to confirm the bug, then submit the fix with submit_solution."
+)
+
+
+class GuidedAgent:
+    """A stage-2 teacher: wraps a model agent so that each conversation it answers carries
+    the task's verified solution in its system message. The hint exists only in what the
+    wrapped agent sees; the environment records the unguided conversation, so the
+    trajectories trained on show an agent that found the fix by exploring.
+
+    Conversations are matched to tasks by the issue text in their user message."""
+
+    def __init__(self, agent: Any, tasks: Sequence[Task]) -> None:
+        self.agent = agent
+        self.name = f"guided:{getattr(agent, 'name', 'agent')}"
+        self.tasks = [t for t in tasks if t.has_reference]
+
+    def _task_for(self, conversation: Sequence[dict[str, Any]]) -> Task | None:
+        user = next((str(m.get("content") or "") for m in conversation if m["role"] == "user"), "")
+        found = [t for t in self.tasks if t.query.strip() and t.query.strip() in user]
+        if len(found) > 1:  # the same question on several databases: the buggy SQL decides
+            found = [t for t in found if all(s.strip().rstrip(";") in user for s in t.issue_sql)]
+        return found[0] if found else None
+
+    def guided(self, conversation: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`conversation` with the hint appended to its system message (unchanged when the
+        task is unknown)."""
+        messages = [dict(m) for m in conversation]
+        task = self._task_for(messages)
+        if task is None or not messages or messages[0]["role"] != "system":
+            return messages
+        fix = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
+        messages[0]["content"] = str(messages[0]["content"]) + GUIDANCE.format(fix=fix)
+        return messages
+
+    def generate(
+        self,
+        conversations: Sequence[Sequence[dict[str, Any]]],
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> list[str]:
+        return list(self.agent.generate([self.guided(c) for c in conversations], tools))
