@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -33,6 +33,14 @@ def curriculum_command(
         list[str] | None,
         typer.Option("--set", help="Override a setting: --set stage3.max_steps=10 (repeatable)."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(help="Print the resolved configuration and distributed plan; train nothing."),
+    ] = False,
+    processes: Annotated[
+        int | None,
+        typer.Option(help="--dry-run: plan for this many processes (default: the launcher's)."),
+    ] = None,
 ) -> None:
     """Train with the four-stage curriculum (SFT, SFT, GRPO, multi-turn GRPO), evaluating on
     the held-out split after each stage; writes report.md with plots."""
@@ -43,6 +51,9 @@ def curriculum_command(
     with clean_errors():
         config = apply_overrides(load_preset(preset), list(set_ or []))
         run_dir = out or Path("runs") / config.name
+        if dry_run:
+            _print_plan(console, config, run_dir, processes)
+            return
         started = time.monotonic()
 
         def say(message: str) -> None:
@@ -51,6 +62,10 @@ def curriculum_command(
         result = run_curriculum(
             config, run_dir, stages=parse_stages(stages), resume=resume, progress=say
         )
+    from birdrl.training.distributed import dist_context
+
+    if not dist_context().is_main:
+        return
     table = Table(title=f"curriculum {config.name}: success rate on held-out tasks")
     for column in ("stage", "name", "minutes", "SR"):
         table.add_column(column)
@@ -65,3 +80,20 @@ def curriculum_command(
         )
     console.print(table)
     console.print(f"report: {result.report}  (total {(time.monotonic() - started) / 60:.1f} min)")
+
+
+def _print_plan(console: Any, config: Any, run_dir: Path, processes: int | None) -> None:
+    import json
+
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.training.config import config_to_dict
+    from birdrl.training.distributed import accelerate_configs, dist_context, plan_run
+
+    world = processes or dist_context().world_size
+    bench = open_benchmark(config.tasks, config.db_root)
+    used = {t.db_id: bench.databases[t.db_id] for t in bench.debugging_tasks()}
+    console.print_json(json.dumps(config_to_dict(config)))
+    console.print(f"run directory: {run_dir}")
+    for line in plan_run(config, used, world).lines():
+        console.print(line)
+    console.print(f"accelerate configs shipped with birdrl: {accelerate_configs()}")

@@ -4,6 +4,7 @@ scored by the evaluator). Both are closed, and the pool's directory removed, on 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,9 +23,22 @@ def scoring_session(
     replicas_per_db: int = 1,
     eval_config: EvalConfig | None = None,
     prefix: str = "birdrl-",
+    pool_root: Path | None = None,
+    workers: int = 1,
+    worker_id: int | None = None,
 ) -> Iterator[tuple[ReplicaPool, Evaluator]]:
-    """``with scoring_session(dbs, replicas_per_db=8) as (pool, evaluator): ...``"""
-    with tempfile.TemporaryDirectory(prefix=prefix) as root:
-        config = PoolConfig(root=Path(root), replicas_per_db=max(replicas_per_db, 1))
-        with ReplicaPool(databases, config) as pool, Evaluator(databases, eval_config) as evaluator:
-            yield pool, evaluator
+    """``with scoring_session(dbs, replicas_per_db=8) as (pool, evaluator): ...``
+
+    The pool lives in a temporary directory, or in `pool_root` when several processes
+    share one pool: there it has `workers` partitions and this process owns `worker_id`."""
+    with contextlib.ExitStack() as stack:
+        root = pool_root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        config = PoolConfig(
+            root=root,
+            replicas_per_db=max(replicas_per_db, 1),
+            workers=workers,
+            worker_ids=None if worker_id is None else (worker_id,),
+        )
+        pool = stack.enter_context(ReplicaPool(databases, config))
+        evaluator = stack.enter_context(Evaluator(databases, eval_config))
+        yield pool, evaluator

@@ -119,20 +119,23 @@ def last_checkpoint(out_dir: Path) -> str | None:
 
 
 def finish_stage(trainer: Any, tokenizer: Any, out_dir: Path, started: float) -> StageOutput:
-    """Merge LoRA adapters (if any) and save model + tokenizer to ``out_dir/model``; drop the
-    intermediate checkpoints (the saved model supersedes them; the logs stay)."""
+    """Merge LoRA adapters (if any) and save model + tokenizer to ``out_dir/model`` (on the
+    main process; the others wait); drop the intermediate checkpoints (the saved model
+    supersedes them; the logs stay)."""
     model = trainer.model
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     dest = out_dir / "model"
-    tmp = out_dir / "model.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
     history = list(trainer.state.log_history)
-    (out_dir / "log_history.json").write_text(json.dumps(history, indent=1), encoding="utf-8")
-    for checkpoint in (out_dir / "trainer").glob("checkpoint-*"):
-        shutil.rmtree(checkpoint, ignore_errors=True)
+    if trainer.accelerator.is_main_process:
+        tmp = out_dir / "model.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+        (out_dir / "log_history.json").write_text(json.dumps(history, indent=1), encoding="utf-8")
+        for checkpoint in (out_dir / "trainer").glob("checkpoint-*"):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
     return StageOutput(dest, history, time.monotonic() - started)

@@ -200,7 +200,7 @@ def list_presets() -> list[str]:
 def load_preset(name_or_path: str | Path) -> CurriculumConfig:
     """A shipped preset by name (``tiny``) or a TOML file by path."""
     path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
+    if path.suffix == ".toml" or path.is_file():
         if not path.is_file():
             raise ConfigError(f"preset file {path} does not exist")
         text, where = path.read_text(encoding="utf-8"), str(path)

@@ -37,6 +37,7 @@ from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.training.common import StageOutput
 from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
+from birdrl.training.distributed import dist_context
 from birdrl.training.grpo import mix_text2sql, run_grpo_stage
 from birdrl.training.models import (
     load_policy,
@@ -147,8 +148,10 @@ class _Run:
     ) -> None:
         self.config = config
         self.on_trainer = on_trainer
+        self.dist = dist_context()
         self.run_dir = run_dir
-        self.say = progress or (lambda _msg: None)
+        quiet = progress is None or not self.dist.is_main
+        self.say: Progress = (lambda _msg: None) if quiet else progress  # type: ignore[assignment]
         cfg = config
         self.train = open_benchmark(cfg.tasks, cfg.db_root)
         self.held_out = open_benchmark(cfg.eval_tasks, cfg.db_root)
@@ -183,13 +186,16 @@ class _Run:
         return record
 
     def save_record(self, record: StageRecord) -> None:
-        path = self.record_path(record.stage)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
+        if self.dist.is_main:
+            path = self.record_path(record.stage)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
         self.records = [r for r in self.records if r.stage != record.stage] + [record]
         self.records.sort(key=lambda r: r.stage)
 
     def report(self) -> Path:
+        if not self.dist.is_main:
+            return self.run_dir / "report.md"
         cfg = self.config
         summary = {
             "preset": cfg.name,
@@ -292,11 +298,15 @@ class _Run:
         cfg = self.config
         stage_cfg = getattr(cfg, f"stage{stage}")
         out_dir = self.run_dir / f"stage{stage}"
-        data = self.stage_data(stage)
-        data.write(out_dir / "data")
-        if not data.rows:
-            raise ConfigError(f"stage {stage}: the dataset is empty ({dict(data.rejected)})")
-        self.say(f"stage {stage} ({STAGE_NAMES[stage]}): training on {len(data.rows)} rows")
+        if self.dist.is_main:  # the others read what it wrote (teachers are not asked twice)
+            data = self.stage_data(stage)
+            data.write(out_dir / "data")
+            if not data.rows:
+                raise ConfigError(f"stage {stage}: the dataset is empty ({dict(data.rejected)})")
+        self.dist.barrier()
+        with open(out_dir / "data" / "data.jsonl", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f]
+        self.say(f"stage {stage} ({STAGE_NAMES[stage]}): training on {len(rows)} rows")
         hook = None
         if self.on_trainer is not None:
             user_hook = self.on_trainer
@@ -307,7 +317,7 @@ class _Run:
         common: dict[str, Any] = {
             "stage": stage,
             "model_path": model,
-            "rows": data.rows,
+            "rows": rows,
             "out_dir": out_dir,
             "config": cfg,
             "stage_config": stage_cfg,
@@ -328,7 +338,10 @@ class _Run:
             **common, tasks=tasks, databases=databases, judge=judge, eval_config=self.eval_config
         )
 
-    def evaluate(self, stage: int, model: Path | str) -> dict[str, Any]:
+    def evaluate(self, stage: int, model: Path | str) -> dict[str, Any] | None:
+        """Evaluate on the main process (the others wait at the next barrier)."""
+        if not self.dist.is_main:
+            return None
         self.say(f"stage {stage}: evaluating on {len(self.eval_tasks)} held-out tasks")
         t0 = time.monotonic()
         result = evaluate_policy(
@@ -384,11 +397,15 @@ def run_curriculum(
     stage's training starts (extra callbacks, inspection)."""
     require_training()
     run = Path(run_dir).expanduser()
-    _check_run_dir(run, config, resume)
+    dist = dist_context()
+    if dist.is_main:
+        _check_run_dir(run, config, resume)
+    dist.barrier()
     state = _Run(config, run, progress, on_trainer)
     selected = sorted(set(stages))
     skipped: list[int] = []
-    model: Path | str = resolve_training_model(config.model)
+    with dist.main_first():  # builds or converts the model once, then the others find it
+        model: Path | str = resolve_training_model(config.model)
     if config.evaluation.base_model:
         record = state.load_record(0)
         if record is None:
@@ -402,6 +419,7 @@ def run_curriculum(
             skipped.append(0)
             state.records.append(record)
         state.report()
+        dist.barrier()
     for stage in range(1, 5):
         stage_cfg = getattr(config, f"stage{stage}")
         previous = state.load_record(stage)
@@ -428,6 +446,7 @@ def run_curriculum(
         )
         state.save_record(record)
         state.report()
+        dist.barrier()  # the next stage's data and skip decisions come from these files
     return CurriculumResult(run, state.records, state.report(), skipped)
 
 

@@ -47,6 +47,19 @@ class EpisodeStats:
         self.solved = 0
         self.infra_errors = 0
         self.tool_calls = 0
+        self.leases: list[tuple[str, str]] = []
+        """(trajectory id, replica file) of every episode, in order."""
+
+    def to_dict(self) -> dict[str, object]:
+        with self.lock:
+            return {
+                "episodes": self.episodes,
+                "submitted": self.submitted,
+                "solved": self.solved,
+                "infra_errors": self.infra_errors,
+                "tool_calls": self.tool_calls,
+                "leases": [list(x) for x in self.leases],
+            }
 
 
 class ToolEnvSession:
@@ -62,8 +75,11 @@ class ToolEnvSession:
         config: EnvConfig | None = None,
         *,
         prefix: str = "grpo",
+        worker_id: int | None = None,
     ) -> None:
         self.tasks = dict(tasks)
+        self.worker_id = worker_id
+        """The pool partition this process leases from (its global rank)."""
         self.pool = pool
         self.evaluator = evaluator
         self.config = config or EnvConfig(mode="agent", max_context_tokens=None)
@@ -89,7 +105,9 @@ class SQLActToolEnv:
 
     def __init__(self, session: ToolEnvSession) -> None:
         self._session = session
-        self._env = SQLActEnv(session.pool, session.evaluator, session.config)
+        self._env = SQLActEnv(
+            session.pool, session.evaluator, session.config, worker_id=session.worker_id
+        )
         self._reward: float | None = 0.0
         self._done = True
         session.instances.append(self)
@@ -104,11 +122,14 @@ class SQLActToolEnv:
                 f"stage-4 row names instance_id {instance_id!r}, which is not among the "
                 f"{len(self._session.tasks)} training tasks"
             )
-        self._env.reset(task, self._session.next_traj_id())
+        traj_id = self._session.next_traj_id()
+        self._env.reset(task, traj_id)
         self._reward = 0.0
         self._done = False
+        replica = str(self._session.pool.get(traj_id).path)
         with self._session.stats.lock:
             self._session.stats.episodes += 1
+            self._session.stats.leases.append((traj_id, replica))
 
     def execute_sql(self, sql: str) -> str:
         """Run SQL on your private copy of the database and see the result or the error.

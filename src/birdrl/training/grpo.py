@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ from birdrl.training.common import (
     progress_callback,
 )
 from birdrl.training.config import ConfigError, CurriculumConfig, GRPOStageConfig
+from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import ToolEnvSession
 from birdrl.training.models import load_policy, load_tokenizer, use_cuda
 from birdrl.training.rewards import make_reward
@@ -117,12 +120,16 @@ def run_grpo_stage(
     notes.insert(0, f"started from {model_path}")
     args = _grpo_args(config, stage_config, out_dir, multi_turn)
     used = {row["db_id"]: databases[row["db_id"]] for row in rows}
-    in_flight = max(args.generation_batch_size or 0, stage_config.batch_size)
+    dist = dist_context()
     with scoring_session(
         used,
-        replicas_per_db=in_flight if multi_turn else 1,
+        replicas_per_db=episodes_per_rank(stage_config) if multi_turn else 1,
         eval_config=eval_config,
         prefix=f"birdrl-stage{stage}-",
+        # stage 4: one pool on disk, one partition per rank (worker id = global rank)
+        pool_root=out_dir / "pool" if multi_turn else None,
+        workers=dist.world_size if multi_turn else 1,
+        worker_id=dist.rank if multi_turn else None,
     ) as (pool, evaluator):
         kwargs: dict[str, Any] = {}
         session = None
@@ -136,7 +143,14 @@ def run_grpo_stage(
                 schema_budget_chars=config.prompt.schema_budget_chars,
                 sample_rows=config.prompt.sample_rows,
             )
-            session = ToolEnvSession(debug_tasks, pool, evaluator, env_config, prefix=f"s{stage}")
+            session = ToolEnvSession(
+                debug_tasks,
+                pool,
+                evaluator,
+                env_config,
+                prefix=f"r{dist.rank}-s{stage}",  # globally unique trajectory ids
+                worker_id=dist.rank,
+            )
             kwargs["environment_factory"] = session.factory
             if stage_config.reward != "execution":
                 notes.append(
@@ -171,10 +185,17 @@ def run_grpo_stage(
             if session is not None:
                 session.close()
         output = finish_stage(trainer, tokenizer, out_dir, started)
+    dist.barrier()  # every rank has closed its partition
+    if multi_turn and dist.is_main:
+        shutil.rmtree(out_dir / "pool", ignore_errors=True)
     if session is not None:
         s = session.stats
+        (out_dir / f"episodes-rank{dist.rank}.json").write_text(
+            json.dumps(s.to_dict(), indent=1), encoding="utf-8"
+        )
+        where = f"rank {dist.rank}: " if dist.distributed else ""
         notes.append(
-            f"episodes {s.episodes}: submitted {s.submitted}, solved {s.solved}, "
+            f"{where}episodes {s.episodes}: submitted {s.submitted}, solved {s.solved}, "
             f"tool calls {s.tool_calls}, infrastructure errors {s.infra_errors}"
         )
     metrics = getattr(reward, "metrics", None)

@@ -1,0 +1,143 @@
+"""Running the curriculum in several processes (``accelerate launch`` on GPUs, ``torchrun``
+on CPUs or GPUs): who this
+process is, what only the main process does, and the resolved distributed plan.
+
+Every rank runs the same curriculum code. The main process builds each stage's dataset,
+evaluates and writes records and reports while the others wait at a barrier; the trainers
+are TRL's, which shard the prompts across ranks. In stage 4 each rank owns one partition of
+a pool shared on disk (worker id = global rank, locked against every other process), sized
+to that rank's episodes in flight, and prefixes its trajectory ids with its rank, so no
+acquire ever waits on another rank and no replica is ever leased twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from birdrl.training.config import CurriculumConfig, GRPOStageConfig
+
+__all__ = [
+    "DistContext",
+    "DistributedPlan",
+    "accelerate_configs",
+    "dist_context",
+    "episodes_per_rank",
+    "plan_run",
+]
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in the run (from the launcher's environment variables)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        """Wait for every rank (no-op in a single process)."""
+        if self.distributed:
+            import torch
+            from accelerate import PartialState
+
+            # the process group accelerate (and so the trainers) use; gloo on CPUs
+            PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+
+    @contextmanager
+    def main_first(self) -> Iterator[None]:
+        """Run the block on the main process, then on the others (which find its results)."""
+        if not self.is_main:
+            self.barrier()
+        yield
+        if self.is_main:
+            self.barrier()
+
+
+def dist_context(environ: Mapping[str, str] | None = None) -> DistContext:
+    """Read RANK / WORLD_SIZE / LOCAL_RANK (set by accelerate, torchrun, deepspeed)."""
+    env = os.environ if environ is None else environ
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get("RANK", "0"))
+        local = int(env.get("LOCAL_RANK", str(rank)))
+    except ValueError as exc:
+        raise ValueError(f"malformed RANK/WORLD_SIZE/LOCAL_RANK in the environment: {exc}") from exc
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK {rank} is outside WORLD_SIZE {world}")
+    return DistContext(rank, world, local)
+
+
+def episodes_per_rank(stage: GRPOStageConfig) -> int:
+    """Episodes one rank plays at once: TRL generates ``batch_size × grad_accum`` completions
+    per rank per generation round (``steps_per_generation`` defaults to ``grad_accum``)."""
+    return max(1, stage.batch_size * stage.grad_accum)
+
+
+@dataclass(frozen=True)
+class DistributedPlan:
+    """What a launch will do, before it does it (``birdrl curriculum --dry-run``)."""
+
+    world_size: int
+    episodes_per_rank: int
+    replicas_per_db_per_rank: int
+    databases: dict[str, int]
+    """db_id -> template size in bytes (stage 4's databases)."""
+    prompts_per_step: dict[int, int]
+    """GRPO stage -> prompts per optimizer step over all ranks."""
+
+    @property
+    def replica_bytes(self) -> int:
+        """Disk stage 4's pool needs (all ranks, replicas of every database)."""
+        per_rank = sum(self.databases.values()) * self.replicas_per_db_per_rank
+        return per_rank * self.world_size
+
+    def lines(self) -> list[str]:
+        mib = self.replica_bytes / 2**20
+        return [
+            f"processes (ranks): {self.world_size}",
+            f"stage 4 episodes in flight per rank: {self.episodes_per_rank}",
+            f"stage 4 replicas per database per rank: {self.replicas_per_db_per_rank} "
+            f"({len(self.databases)} databases, {mib:.1f} MiB of replicas in all)",
+            *(
+                f"stage {s}: {n} prompts per optimizer step over all ranks"
+                for s, n in sorted(self.prompts_per_step.items())
+            ),
+        ]
+
+
+def plan_run(
+    config: CurriculumConfig, databases: Mapping[str, Path], world_size: int
+) -> DistributedPlan:
+    """The distributed plan of `config` over `world_size` processes."""
+    per_rank = episodes_per_rank(config.stage4)
+    prompts: dict[int, int] = {}
+    for n in (3, 4):
+        stage: Any = getattr(config, f"stage{n}")
+        total = stage.batch_size * stage.grad_accum * world_size
+        prompts[n] = max(1, total // max(1, stage.num_generations))
+    return DistributedPlan(
+        world_size=world_size,
+        episodes_per_rank=per_rank,
+        replicas_per_db_per_rank=per_rank,
+        databases={k: Path(p).stat().st_size for k, p in sorted(databases.items())},
+        prompts_per_step=prompts,
+    )
+
+
+def accelerate_configs() -> Path:
+    """The folder of accelerate launcher configs shipped with birdrl (``multi-gpu.yaml``,
+    ``zero2.yaml``, ``zero3.yaml``, ``fsdp.yaml``)."""
+    return Path(__file__).resolve().parent / "accelerate"

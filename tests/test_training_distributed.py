@@ -1,0 +1,109 @@
+"""Distributed runs: rank bookkeeping, the launch plan, mid-stage resume from a checkpoint,
+and a real two-process run on CPU (``accelerate launch``, gloo) of stages 3 and 4 in which
+each rank plays its episodes on its own pool partition."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from birdrl.training.config import load_preset
+from birdrl.training.distributed import DistContext, accelerate_configs, dist_context, plan_run
+
+
+def test_dist_context_reads_the_launcher_environment() -> None:
+    assert dist_context({}) == DistContext(0, 1, 0)
+    ctx = dist_context({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"})
+    assert (ctx.rank, ctx.world_size, ctx.local_rank, ctx.is_main) == (3, 4, 1, False)
+    for bad in ({"RANK": "4", "WORLD_SIZE": "4"}, {"WORLD_SIZE": "x"}):
+        with pytest.raises(ValueError):
+            dist_context(bad)
+    with DistContext().main_first():  # a single process never waits
+        pass
+
+
+def test_plan_sizes_the_pool_per_rank(tmp_path: Path) -> None:
+    db = tmp_path / "a.sqlite"
+    db.write_bytes(b"\0" * 4096)
+    config = load_preset("qwen2.5-coder-7b")
+    plan = plan_run(config, {"a": db}, world_size=8)
+    per_rank = config.stage4.batch_size * config.stage4.grad_accum
+    assert plan.episodes_per_rank == plan.replicas_per_db_per_rank == per_rank
+    assert plan.replica_bytes == 4096 * per_rank * 8
+    assert plan.prompts_per_step[4] == per_rank * 8 // config.stage4.num_generations
+    assert any("processes (ranks): 8" in line for line in plan.lines())
+    assert {p.name for p in accelerate_configs().glob("*.yaml")} >= {
+        "multi-gpu.yaml",
+        "zero2.yaml",
+        "zero3.yaml",
+        "fsdp.yaml",
+    }
+
+
+def test_an_interrupted_stage_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
+    from transformers import TrainerCallback
+
+    from birdrl.training.config import apply_overrides
+    from birdrl.training.curriculum import run_curriculum
+
+    class Interrupt(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            raise KeyboardInterrupt("simulated crash after the first checkpoint")
+
+    config = apply_overrides(load_preset("smoke"), ["evaluation.base_model=false"])
+    run_dir = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_curriculum(
+            config, run_dir, stages=[1], on_trainer=lambda _s, t: t.add_callback(Interrupt())
+        )
+    assert (run_dir / "stage1" / "trainer" / "checkpoint-1").is_dir()
+    assert not (run_dir / "stage1" / "record.json").exists()
+    lines: list[str] = []
+    result = run_curriculum(config, run_dir, stages=[1], resume=True, progress=lines.append)
+    assert [r.stage for r in result.records] == [1]
+    assert any("step 2/2" in m for m in lines) and not any("step 1/2" in m for m in lines)
+    steps = [e["step"] for e in result.records[0].log_history if "loss" in e]
+    assert steps == [1, 2]  # the first step's log came back with the checkpoint
+    assert not (run_dir / "stage1" / "trainer" / "checkpoint-1").exists()
+
+
+def _launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Two processes with torchrun (accelerate's own multi-CPU launch needs MPI); the
+    trainers join the same gloo process group through accelerate."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    cmd += ["-m", "birdrl", "curriculum", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_two_cpu_processes_train_stages_3_and_4_on_disjoint_partitions(tmp_path: Path) -> None:
+    pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
+    run_dir = tmp_path / "run"
+    common = ["--preset", "smoke", "--out", str(run_dir), "--set", "evaluation.base_model=false"]
+    first = _launch([*common, "--stages", "3"], tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    second = _launch([*common, "--stages", "3-4", "--resume"], tmp_path)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "stage 3: finished earlier, skipped (resume)" in second.stdout
+    for stage in (3, 4):
+        record = json.loads((run_dir / f"stage{stage}" / "record.json").read_text())
+        assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2]
+    record4 = json.loads((run_dir / "stage4" / "record.json").read_text())
+    assert record4["notes"][0] == f"started from {run_dir / 'stage3' / 'model'}"
+    ranks = [
+        json.loads((run_dir / "stage4" / f"episodes-rank{r}.json").read_text()) for r in (0, 1)
+    ]
+    ids = [[traj for traj, _ in rank["leases"]] for rank in ranks]
+    for r, rank in enumerate(ranks):
+        assert rank["episodes"] > 0 and rank["infra_errors"] == 0  # both ranks played
+        assert all(traj.startswith(f"r{r}-") for traj in ids[r])
+        assert all(f"/w{r:03d}/" in replica for _, replica in rank["leases"])
+    assert not set(ids[0]) & set(ids[1])
+    assert not (run_dir / "stage4" / "pool").exists()  # removed when the stage ended
