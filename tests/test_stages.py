@@ -162,6 +162,32 @@ def test_llm_teacher_is_verified_and_cached(bench, tmp_path: Path) -> None:
     assert rejected.rows == [] and rejected.rejected == {"answer fails the tests": 1}
 
 
+def test_llm_teacher_is_asked_in_concurrent_chunks(bench, tmp_path: Path) -> None:
+    benchmark, _ = bench
+    tasks = [t for t in benchmark.debugging_tasks() if len(t.sol_sql) == 1][:5]
+
+    class PerTask(ScriptedTeacherAgent):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.batches: list[int] = []
+
+        def generate(self, conversations, tools=None):
+            self.batches.append(len(conversations))
+            out = []
+            for conv in conversations:
+                fix = next(t for t in tasks if t.query in conv[1]["content"]).sol_sql[0]
+                out.append(f"Because. <answer>\n```sql\n{fix}\n```\n</answer>")
+            return out
+
+    agent = PerTask()
+    teacher = LLMTeacher(agent, tmp_path / "cache")
+    config = EvalConfig(workers=1)
+    data = build_reasoning_sft(tasks, benchmark.databases, teacher, eval_config=config, chunk=2)
+    assert len(data.rows) == 5 and agent.batches == [2, 2, 1]
+    build_reasoning_sft(tasks, benchmark.databases, teacher, eval_config=config, chunk=2)
+    assert agent.batches == [2, 2, 1]  # every answer came from the cache
+
+
 def test_sql_changes_falls_back_to_a_text_diff() -> None:
     assert ("x = NULL", "x IS NULL") in sql_changes(
         ["SELECT a FROM t WHERE x = NULL"], ["SELECT a FROM t WHERE x IS NULL"]

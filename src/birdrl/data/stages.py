@@ -33,7 +33,7 @@ from birdrl.env.parse import extract_answer, parse_turn
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS
 from birdrl.env.types import Message, ToolCall
-from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Task
 
@@ -203,48 +203,68 @@ def build_reasoning_sft(
     progress: Callable[[Task], None] | None = None,
     sample_rows: int = 3,
     budget_chars: int = 8000,
+    chunk: int = 32,
 ) -> StageDataset:
     """Stage 1: single-turn prompt -> teacher explanation + fixed SQL, verified by execution.
-    `sample_rows` and `budget_chars` size the schema in the prompt."""
+    `sample_rows` and `budget_chars` size the schema in the prompt; the teacher is asked
+    for `chunk` tasks at a time (concurrently, for a model teacher)."""
     data = StageDataset(1, [], source or f"teacher {teacher.name}")
     data.notes.append("kept: answers whose SQL passes every test of the task when executed")
     used = {t.db_id: databases[t.db_id] for t in tasks}
     with scoring_session(
         used, replicas_per_db=2, eval_config=eval_config, prefix="birdrl-stage1-"
     ) as (pool, evaluator):
-        for task in tasks:
-            if progress is not None:
-                progress(task)
-            if not task.has_reference:
-                data.rejected["no reference solution"] += 1
-                continue
-            explanation = teacher.explain(task, gather_evidence(task, pool))
-            answer = extract_answer(explanation)
-            if answer is None:  # an offline explanation: append the verified fix
-                script = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
-                explanation = f"{explanation}\n<answer>\n```sql\n{script}\n```\n</answer>"
-                answer = script
-            statements = split_statements(answer)
-            report = evaluator.evaluate(task, statements)
-            if report.infra_error:
-                data.rejected["infrastructure error"] += 1
-                continue
-            if not report.success:
-                data.rejected["answer fails the tests"] += 1
-                continue
-            prompt = build_messages(
-                task,
-                databases[task.db_id],
-                single_turn=True,
-                sample_rows=sample_rows,
-                budget_chars=budget_chars,
-            )
-            data.rows.append(
-                {
-                    "messages": [*prompt, {"role": "assistant", "content": explanation}],
-                    "instance_id": task.instance_id,
-                    "db_id": task.db_id,
-                    "category": task.category.value,
-                }
-            )
+        for start in range(0, len(tasks), chunk):
+            batch = []
+            for task in tasks[start : start + chunk]:
+                if progress is not None:
+                    progress(task)
+                if not task.has_reference:
+                    data.rejected["no reference solution"] += 1
+                    continue
+                batch.append((task, gather_evidence(task, pool)))
+            # one concurrent round of teacher calls per chunk, cached before the next one
+            for (task, _), explanation in zip(batch, teacher.explain_many(batch), strict=True):
+                _keep_verified(
+                    data, task, explanation, evaluator, databases, sample_rows, budget_chars
+                )
     return data
+
+
+def _keep_verified(
+    data: StageDataset,
+    task: Task,
+    explanation: str,
+    evaluator: Evaluator,
+    databases: Mapping[str, Path],
+    sample_rows: int,
+    budget_chars: int,
+) -> None:
+    """Add the stage-1 row if the explanation's SQL passes the task's tests."""
+    answer = extract_answer(explanation)
+    if answer is None:  # an offline explanation: append the verified fix
+        script = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
+        explanation = f"{explanation}\n<answer>\n```sql\n{script}\n```\n</answer>"
+        answer = script
+    report = evaluator.evaluate(task, split_statements(answer))
+    if report.infra_error:
+        data.rejected["infrastructure error"] += 1
+        return
+    if not report.success:
+        data.rejected["answer fails the tests"] += 1
+        return
+    prompt = build_messages(
+        task,
+        databases[task.db_id],
+        single_turn=True,
+        sample_rows=sample_rows,
+        budget_chars=budget_chars,
+    )
+    data.rows.append(
+        {
+            "messages": [*prompt, {"role": "assistant", "content": explanation}],
+            "instance_id": task.instance_id,
+            "db_id": task.db_id,
+            "category": task.category.value,
+        }
+    )

@@ -54,6 +54,10 @@ class Teacher(Protocol):
         """A diagnostic explanation that arrives at the fix (without quoting a hidden answer)."""
         ...
 
+    def explain_many(self, items: Sequence[tuple[Task, Evidence]]) -> list[str]:
+        """`explain` for many tasks (a model teacher asks for them concurrently)."""
+        ...
+
 
 def _describe(result: ExecResult | None, statements: int) -> str:
     if result is None:
@@ -216,10 +220,17 @@ def _hint(changes: Sequence[tuple[str, str]]) -> str | None:
     return None
 
 
+def _explain_each(teacher: Teacher, items: Sequence[tuple[Task, Evidence]]) -> list[str]:
+    return [teacher.explain(task, evidence) for task, evidence in items]
+
+
 class OfflineTeacher:
     """A rule-based teacher: execution evidence + the structural difference to the fix."""
 
     name = "offline"
+
+    def explain_many(self, items: Sequence[tuple[Task, Evidence]]) -> list[str]:
+        return _explain_each(self, items)
 
     def explain(self, task: Task, evidence: Evidence) -> str:
         changes = sql_changes(task.issue_sql, task.sol_sql)
@@ -270,18 +281,33 @@ class LLMTeacher:
             },
         ]
 
-    def explain(self, task: Task, evidence: Evidence) -> str:
-        messages = self.prompt(task, evidence)
+    def _cache_path(self, messages: list[dict[str, str]]) -> Path:
         key = hashlib.sha256(json.dumps([self.name, messages], sort_keys=True).encode()).hexdigest()
-        path = self.cache_dir / f"{key}.json"
-        if path.is_file():
-            return str(json.loads(path.read_text(encoding="utf-8"))["text"])
-        (text,) = self.agent.generate([messages])
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"text": text}), encoding="utf-8")
-        tmp.replace(path)
-        return str(text)
+        return self.cache_dir / f"{key}.json"
+
+    def explain(self, task: Task, evidence: Evidence) -> str:
+        (text,) = self.explain_many([(task, evidence)])
+        return text
+
+    def explain_many(self, items: Sequence[tuple[Task, Evidence]]) -> list[str]:
+        """Cached answers are reused; the others are asked for in one batch (the agent runs
+        it with its own concurrency) and cached as soon as the batch returns."""
+        prompts = [self.prompt(task, evidence) for task, evidence in items]
+        paths = [self._cache_path(m) for m in prompts]
+        texts: list[str | None] = [
+            str(json.loads(p.read_text(encoding="utf-8"))["text"]) if p.is_file() else None
+            for p in paths
+        ]
+        todo = [i for i, t in enumerate(texts) if t is None]
+        if todo:
+            answers = self.agent.generate([prompts[i] for i in todo])
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            for i, text in zip(todo, answers, strict=True):
+                tmp = paths[i].with_suffix(".tmp")
+                tmp.write_text(json.dumps({"text": text}), encoding="utf-8")
+                tmp.replace(paths[i])
+                texts[i] = str(text)
+        return [str(t) for t in texts]
 
 
 GUIDANCE = (
