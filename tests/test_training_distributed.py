@@ -87,6 +87,7 @@ def test_two_cpu_processes_train_stages_3_and_4_on_disjoint_partitions(tmp_path:
     pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
     run_dir = tmp_path / "run"
     common = ["--preset", "smoke", "--out", str(run_dir), "--set", "evaluation.base_model=false"]
+    common += ["--set", "verify_clean_leases=true"]  # every lease is fingerprinted
     first = _launch([*common, "--stages", "3"], tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     second = _launch([*common, "--stages", "3-4", "--resume"], tmp_path)
@@ -103,6 +104,7 @@ def test_two_cpu_processes_train_stages_3_and_4_on_disjoint_partitions(tmp_path:
     ids = [[traj for traj, _ in rank["leases"]] for rank in ranks]
     for r, rank in enumerate(ranks):
         assert rank["episodes"] > 0 and rank["infra_errors"] == 0  # both ranks played
+        assert rank["verified_clean"] == rank["episodes"]  # each lease started clean
         assert all(traj.startswith(f"r{r}-") for traj in ids[r])
         assert all(f"/w{r:03d}/" in replica for _, replica in rank["leases"])
     assert not set(ids[0]) & set(ids[1])

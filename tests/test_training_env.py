@@ -121,3 +121,18 @@ def test_tool_schemas_match_the_methods() -> None:
         s["function"]["parameters"]["properties"]["sql"]["type"] == "string" for s in tool_schemas()
     )
     assert isinstance(SQLActToolEnv.execute_sql.__doc__, str)
+
+
+def test_verify_clean_fingerprints_every_lease(setup) -> None:
+    tasks, pool, evaluator = setup
+    session = ToolEnvSession(tasks, pool, evaluator, verify_clean=True)
+    env = session.factory()
+    task = next(t for t in tasks.values() if t.category is Category.MANAGEMENT)
+    for _ in range(3):
+        env.reset(**_row(task))
+        env.submit_solution(_script(task.sol_sql))  # writes to the replica
+    assert session.stats.verified_clean == 3
+    session._fingerprints[task.db_id] = "not-the-template"  # as if a replica were dirty
+    with pytest.raises(Exception, match="contamination"):
+        env.reset(**_row(task))
+    session.close()

@@ -144,6 +144,9 @@ class CurriculumConfig:
     """Generate with vLLM in GRPO stages (needs a GPU and the vllm package)."""
     report_to: str = "tensorboard"
     """TRL/transformers ``report_to`` (``none`` to disable)."""
+    verify_clean_leases: bool = False
+    """Stage 4: fingerprint every replica when it is leased and stop if it differs from its
+    template (a contamination check for new deployments; one database read per episode)."""
     save_steps: int = 50
     """Checkpoint every N steps inside a stage, so ``--resume`` continues mid-stage."""
     prompt: PromptSettings = field(default_factory=PromptSettings)

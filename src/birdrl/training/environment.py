@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.pool import ReplicaPool
 from birdrl.db.statements import split_statements
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
@@ -47,6 +48,7 @@ class EpisodeStats:
         self.solved = 0
         self.infra_errors = 0
         self.tool_calls = 0
+        self.verified_clean = 0
         self.leases: list[tuple[str, str]] = []
         """(trajectory id, replica file) of every episode, in order."""
 
@@ -58,6 +60,7 @@ class EpisodeStats:
                 "solved": self.solved,
                 "infra_errors": self.infra_errors,
                 "tool_calls": self.tool_calls,
+                "verified_clean": self.verified_clean,
                 "leases": [list(x) for x in self.leases],
             }
 
@@ -76,8 +79,13 @@ class ToolEnvSession:
         *,
         prefix: str = "grpo",
         worker_id: int | None = None,
+        verify_clean: bool = False,
     ) -> None:
         self.tasks = dict(tasks)
+        self.verify_clean = verify_clean
+        """Fingerprint every replica when it is leased and fail if it differs from its
+        template (a contamination check; one read of the database per episode)."""
+        self._fingerprints: dict[str, str] = {}
         self.worker_id = worker_id
         """The pool partition this process leases from (its global rank)."""
         self.pool = pool
@@ -94,6 +102,20 @@ class ToolEnvSession:
 
     def next_traj_id(self) -> str:
         return f"{self.prefix}-{next(self._ids)}"
+
+    def check_clean(self, traj_id: str, db_id: str) -> None:
+        """Lease `traj_id`'s replica now and compare its content with the template's."""
+        lease = self.pool.acquire(traj_id, db_id, worker_id=self.worker_id)
+        if db_id not in self._fingerprints:
+            self._fingerprints[db_id] = content_fingerprint(self.pool.templates[db_id].path)
+        if content_fingerprint(lease.path) != self._fingerprints[db_id]:
+            self.pool.release(traj_id)
+            raise BirdrlError(
+                f"contamination: replica {lease.path} lent to {traj_id!r} differs from the "
+                f"template of {db_id!r}"
+            )
+        with self.stats.lock:
+            self.stats.verified_clean += 1
 
     def close(self) -> None:
         for instance in self.instances:
@@ -123,7 +145,10 @@ class SQLActToolEnv:
                 f"{len(self._session.tasks)} training tasks"
             )
         traj_id = self._session.next_traj_id()
-        self._env.reset(task, traj_id)
+        self._env.close()  # the delayed release of the previous episode, before a new lease
+        if self._session.verify_clean:
+            self._session.check_clean(traj_id, task.db_id)
+        self._env.reset(task, traj_id)  # the same lease when check_clean took it
         self._reward = 0.0
         self._done = False
         replica = str(self._session.pool.get(traj_id).path)

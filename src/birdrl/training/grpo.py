@@ -150,6 +150,7 @@ def run_grpo_stage(
                 env_config,
                 prefix=f"r{dist.rank}-s{stage}",  # globally unique trajectory ids
                 worker_id=dist.rank,
+                verify_clean=config.verify_clean_leases,
             )
             kwargs["environment_factory"] = session.factory
             if stage_config.reward != "execution":
