@@ -207,3 +207,19 @@ def test_use_vllm_without_vllm_or_gpu_is_a_clear_error(tmp_path: Path) -> None:
     config = apply_overrides(load_preset("smoke"), ["use_vllm=true"])
     with pytest.raises(ConfigError, match="use_vllm = true needs the vllm package"):
         _grpo_args(config, config.stage3, tmp_path, multi_turn=False)
+
+
+def test_vllm_server_mode_is_passed_to_trl(tmp_path: Path) -> None:
+    from birdrl.training.grpo import _grpo_args
+
+    config = apply_overrides(
+        load_preset("smoke"),
+        ["use_vllm=true", "vllm_mode=server", 'vllm_server_url="http://gen:8000"'],
+    )
+    args = _grpo_args(config, config.stage3, tmp_path, multi_turn=False)
+    assert args.use_vllm and args.vllm_mode == "server"
+    assert args.vllm_server_base_url == "http://gen:8000"
+    with pytest.raises(ConfigError, match="vllm_mode"):
+        _grpo_args(
+            apply_overrides(config, ["vllm_mode=remote"]), config.stage3, tmp_path, multi_turn=False
+        )

@@ -142,6 +142,11 @@ class CurriculumConfig:
     gradient_checkpointing: bool = False
     use_vllm: bool = False
     """Generate with vLLM in GRPO stages (needs a GPU and the vllm package)."""
+    vllm_mode: str = "colocate"
+    """``colocate`` (vLLM inside each training process) or ``server`` (a separate
+    ``trl vllm-serve`` process on other GPUs, at ``vllm_server_url``)."""
+    vllm_server_url: str | None = None
+    """``server`` mode: the base URL of ``trl vllm-serve`` (default http://localhost:8000)."""
     report_to: str = "tensorboard"
     """TRL/transformers ``report_to`` (``none`` to disable)."""
     verify_clean_leases: bool = False

@@ -81,8 +81,13 @@ def _grpo_args(
     if multi_turn:
         extra["max_tool_calling_iterations"] = stage_config.max_tool_calls
     if config.use_vllm:
-        _check_vllm()
-        extra.update(use_vllm=True, vllm_mode="colocate")
+        if config.vllm_mode not in ("colocate", "server"):
+            raise ConfigError(f"vllm_mode must be colocate or server, not {config.vllm_mode!r}")
+        if config.vllm_mode == "colocate":
+            _check_vllm()  # server mode generates in another process
+        extra.update(use_vllm=True, vllm_mode=config.vllm_mode)
+        if config.vllm_server_url:
+            extra["vllm_server_base_url"] = config.vllm_server_url
     return GRPOConfig(
         **common_args(config, out_dir, stage_config),
         num_generations=stage_config.num_generations,
