@@ -327,3 +327,44 @@ def render_bench(result: BenchResult, console: Console) -> None:
         peak = result.strategy(BASELINE).disk_bytes
         console.print(f"copy-per-rollout: peak {_gb(peak)} of copies in flight", highlight=False)
     console.print(f"total {result.total_s:.1f} s", highlight=False)
+
+
+@pool_app.command("serve")
+def pool_serve(
+    socket_path: Annotated[Path, typer.Option("--socket", help="Unix socket to listen on.")],
+    root: Annotated[Path, typer.Option(help="Pool directory (replicas are created there).")],
+    tasks: Annotated[
+        str, typer.Option(help="Task set whose databases are served (bundled:train, a file).")
+    ] = "bundled:train",
+    db_root: Annotated[
+        Path | None, typer.Option(help="Database root for the task set (default for bundled).")
+    ] = None,
+    replicas_per_db: Annotated[int, typer.Option(help="Replicas per database per worker.")] = 8,
+    workers: Annotated[int, typer.Option(help="Worker partitions.")] = 1,
+    lease_ttl: Annotated[
+        float, typer.Option(help="Seconds after which an unused lease is reclaimed.")
+    ] = 3600.0,
+) -> None:
+    """Serve a replica pool to other processes of this user on this node (until Ctrl-C)."""
+    from birdrl.db.pool import PoolConfig, ReplicaPool
+    from birdrl.db.service import PoolServer
+    from birdrl.tasks.benchmark import open_benchmark
+
+    console = results_console()
+    with clean_errors():
+        bench = open_benchmark(tasks, db_root)
+        config = PoolConfig(
+            root=root, replicas_per_db=replicas_per_db, workers=workers, lease_ttl_s=lease_ttl
+        )
+        with ReplicaPool(bench.databases, config) as pool:
+            server = PoolServer(pool, socket_path)
+            console.print(
+                f"serving {len(bench.databases)} databases × {replicas_per_db} replicas × "
+                f"{workers} worker(s) on {socket_path} (Ctrl-C stops)"
+            )
+            try:
+                server.serve_forever()
+            except KeyboardInterrupt:
+                console.print("stopped")
+            finally:
+                server.close()

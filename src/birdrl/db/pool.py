@@ -357,7 +357,8 @@ class ReplicaPool:
                             f"(all {busy} busy); raise replicas_per_db or release leases sooner"
                         )
                     # wake up for a release, or when the first lease here may expire
-                    self._cond.wait(min(remaining, self._until_expiry(wid, db_id)))
+                    wake = min(remaining, self._until_expiry(wid, db_id), threading.TIMEOUT_MAX)
+                    self._cond.wait(wake)
             for old in expired:
                 self._finish(old, reclaimed=True)
         return self._prepare(lease)
