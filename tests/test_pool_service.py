@@ -261,7 +261,7 @@ def test_sqlact_env_over_the_service(
         PoolServer(pool, sock_dir / "env.sock") as server,
         RemotePool(PoolClient(server.socket_path)) as remote,
     ):
-        env = SQLActEnv(remote, evaluator)  # type: ignore[arg-type]
+        env = SQLActEnv(remote, evaluator)
         env.reset(task)
         assert pool.active_leases() == [env.traj_id]
         seen = env.step(render_tool_call("execute_sql", {"sql": "SELECT count(*) FROM tags"}))
@@ -274,7 +274,7 @@ def test_sqlact_env_over_the_service(
         again = env.step(render_tool_call("submit_solution", {"sql": "SELECT 1"}))
         assert again.reward == 1.0
         assert remote.templates["shop"].path == pool.templates["shop"].path
-        check_env(SQLActEnv(remote, evaluator), task)  # type: ignore[arg-type]
+        check_env(SQLActEnv(remote, evaluator), task)
 
 
 # -- errors ---------------------------------------------------------------------------------

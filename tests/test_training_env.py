@@ -136,3 +136,23 @@ def test_verify_clean_fingerprints_every_lease(setup) -> None:
     with pytest.raises(Exception, match="contamination"):
         env.reset(**_row(task))
     session.close()
+
+
+def test_environment_over_a_pool_served_by_another_process(setup, tmp_path) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from birdrl.db.remote import PoolClient, RemotePool
+    from birdrl.db.service import PoolServer
+
+    tasks, pool, evaluator = setup
+    sock = Path(tempfile.mkdtemp(prefix="btr-", dir="/tmp")) / "s.sock"
+    with PoolServer(pool, sock), RemotePool(PoolClient(sock)) as remote:
+        session = ToolEnvSession(tasks, remote, evaluator, verify_clean=True)
+        env = session.factory()
+        for task in list(tasks.values())[:3]:
+            env.reset(**_row(task))
+            env.submit_solution(_script(task.sol_sql))
+            assert env.get_reward() == 1.0
+        assert session.stats.verified_clean == 3
+        session.close()

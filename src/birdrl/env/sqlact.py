@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from birdrl.db.errors import PoolError
 from birdrl.db.pool import Lease, ReplicaPool
+from birdrl.db.remote import RemoteLease, RemotePool
 from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
@@ -66,7 +67,7 @@ class EnvConfig:
 class _Episode:
     task: Task
     traj_id: str
-    lease: Lease | None
+    lease: Lease | RemoteLease | None
     messages: list[Message]
     started: float
     tool_calls: int = 0
@@ -87,7 +88,7 @@ class SQLActEnv:
 
     def __init__(
         self,
-        pool: ReplicaPool,
+        pool: ReplicaPool | RemotePool,
         evaluator: Evaluator,
         config: EnvConfig | None = None,
         *,

@@ -23,6 +23,7 @@ from typing import Any
 
 from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.pool import ReplicaPool
+from birdrl.db.remote import RemotePool
 from birdrl.db.statements import split_statements
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.tools import render_tool_call
@@ -67,13 +68,14 @@ class EpisodeStats:
 
 class ToolEnvSession:
     """What all environment instances of one training stage share: the tasks, the replica
-    pool, the evaluator and the episode limits. `factory` is what TRL receives;
+    pool (in process, or a `RemotePool` served by another process), the evaluator and the
+    episode limits. `factory` is what TRL receives;
     `close()` releases every lease the instances still hold."""
 
     def __init__(
         self,
         tasks: Mapping[str, Task],
-        pool: ReplicaPool,
+        pool: ReplicaPool | RemotePool,
         evaluator: Evaluator,
         config: EnvConfig | None = None,
         *,
