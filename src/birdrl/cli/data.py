@@ -80,3 +80,25 @@ def build_command(
             f"stage {stage}: {len(data.rows)} rows written to [bold]{path}[/] (rejected: {rejected})",
             highlight=False,
         )
+
+
+@data_app.command("export-verl")
+def export_verl_command(
+    stage: Annotated[int, typer.Option(help="3: single-turn prompts; 4: agentic (tools).")],
+    out: Annotated[Path, typer.Option(help="Parquet file to write (verl's RL data format).")],
+    tasks: Annotated[
+        str, typer.Option(help="Task source (file, hf:..., bundled:train|test).")
+    ] = "bundled:train",
+    split: Annotated[str, typer.Option(help="Split name recorded in extra_info.")] = "train",
+    db_root: DbRootOption = None,
+) -> None:
+    """Export stage-3/4 RL prompts as a verl parquet file (see docs/verl.md)."""
+    from birdrl.training.verl.export import export_tasks
+
+    console = results_console()
+    with clean_errors():
+        if stage not in (3, 4):
+            raise BirdrlError(f"--stage must be 3 or 4 for verl, got {stage}")
+        bench = open_benchmark(tasks, db_root)
+        path = export_tasks(bench.debugging_tasks(), bench.databases, out, stage=stage, split=split)
+    console.print(f"stage {stage} prompts for verl written to [bold]{path}[/]", highlight=False)

@@ -1,0 +1,554 @@
+"""The optional verl backend without verl: exported rows have verl's shape, compute_score is
+the evaluator's score, and the tool adapters keep episode state per trajectory across verl's
+per-call create/execute/release (delayed release, scoring on the trajectory's replica)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import birdrl.training.verl
+from birdrl.data.stages import build_rl_prompts
+from birdrl.db.statements import split_statements
+from birdrl.env.parse import extract_answer
+from birdrl.tasks.benchmark import Benchmark, open_benchmark
+from birdrl.tasks.model import Category, Task
+from birdrl.training.rewards import RewardInfraError, UnknownTaskError
+from birdrl.training.verl import (
+    CONFIG_ENV,
+    VerlConfig,
+    VerlConfigError,
+    close_runtimes,
+    runtime,
+)
+from birdrl.training.verl.export import (
+    VerlExportError,
+    export_tasks,
+    to_verl_rows,
+    write_verl_parquet,
+)
+from birdrl.training.verl.reward import VerlRewardError, VerlScorer, compute_score
+from birdrl.training.verl.tools import (
+    EPISODE_OVER,
+    SQLToolCore,
+    TrajectoryNotFoundError,
+    TrajectoryStore,
+    verl_tool_schemas,
+)
+
+EXAMPLES = Path(birdrl.training.verl.__file__).parent / "examples"
+CRASH = (
+    "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
+    "    __import__('os')._exit(3)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def bench() -> Benchmark:
+    return open_benchmark("bundled:test")
+
+
+@pytest.fixture(scope="module")
+def tasks(bench: Benchmark) -> dict[str, Task]:
+    return {t.instance_id: t for t in bench.debugging_tasks()}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory, bench: Benchmark) -> Iterator[Path]:
+    """A config over the bundled test tasks plus one whose test case kills its worker."""
+    folder = tmp_path_factory.mktemp("verl")
+    crash = Task("crash", "chinook", "q", ("SELECT 0",), ("SELECT 1",), test_cases=(CRASH,))
+    records = [t.to_record() for t in bench.debugging_tasks()] + [crash.to_record()]
+    (folder / "tasks.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    db_root = bench.databases["chinook"].parent.parent
+    settings = {"tasks": "tasks.jsonl", "db_root": str(db_root), "eval_workers": 2}
+    path = folder / "birdrl_verl.json"
+    pool = {"replicas_per_db": 6, "acquire_timeout_s": 2, "max_tool_calls": 4}
+    path.write_text(json.dumps({**settings, **pool}))
+    yield path
+    close_runtimes()
+
+
+def answer(statements: Any) -> str:
+    return "The fix:\n<answer>\n" + ";\n".join(statements) + ";\n</answer>"
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def test_stage4_rows_have_verls_shape(bench: Benchmark, tasks: dict[str, Task]) -> None:
+    ours = build_rl_prompts(list(tasks.values()), bench.databases, stage=4).rows
+    rows = to_verl_rows(ours, stage=4, split="train")
+    assert len(rows) == len(ours) == len(tasks)
+    for index, (row, mine) in enumerate(zip(rows, ours, strict=True)):
+        assert set(row) == {
+            "data_source",
+            "agent_name",
+            "prompt",
+            "ability",
+            "reward_model",
+            "extra_info",
+        }
+        assert (row["data_source"], row["agent_name"], row["ability"]) == (
+            "birdrl",
+            "tool_agent",
+            "sql",
+        )
+        assert row["prompt"] == [
+            {"role": m["role"], "content": m["content"]} for m in mine["prompt"]
+        ]
+        assert row["reward_model"] == {"style": "rule", "ground_truth": mine["instance_id"]}
+        extra = row["extra_info"]
+        assert extra["index"] == index and extra["split"] == "train" and extra["stage"] == 4
+        assert (extra["instance_id"], extra["db_id"], extra["category"]) == (
+            mine["instance_id"],
+            mine["db_id"],
+            mine["category"],
+        )
+        create = {"task_id": mine["instance_id"], "db_id": mine["db_id"]}
+        assert extra["tools_kwargs"] == {
+            "execute_sql": {"create_kwargs": create},
+            "submit_solution": {"create_kwargs": create},
+        }
+        assert extra["need_tools_kwargs"] is True
+
+
+def test_stage3_rows_have_no_tools(bench: Benchmark, tasks: dict[str, Task]) -> None:
+    ours = build_rl_prompts(list(tasks.values())[:3], bench.databases, stage=3).rows
+    rows = to_verl_rows(ours, stage=3, split="test")
+    assert [r["agent_name"] for r in rows] == ["single_turn_agent"] * 3
+    assert all("tools_kwargs" not in r["extra_info"] for r in rows)
+    assert "<answer>" in rows[0]["prompt"][0]["content"] + rows[0]["prompt"][-1]["content"]
+
+
+def test_parquet_round_trip(tmp_path: Path, bench: Benchmark, tasks: dict[str, Task]) -> None:
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow comes with birdrl[datasets]")
+    ours = build_rl_prompts(list(tasks.values()), bench.databases, stage=4).rows
+    rows = to_verl_rows(ours, stage=4, split="train")
+    path = write_verl_parquet(rows, tmp_path / "out" / "train.parquet")
+    assert pq.read_table(path).to_pylist() == rows
+    exported = export_tasks(
+        list(tasks.values()), bench.databases, tmp_path / "t.parquet", stage=3, split="test"
+    )
+    back = pq.read_table(exported).to_pylist()
+    assert [r["reward_model"]["ground_truth"] for r in back] == list(tasks)
+
+
+def test_export_errors_say_what_and_where(tmp_path: Path) -> None:
+    good = {
+        "prompt": [{"role": "user", "content": "x"}],
+        "instance_id": "a",
+        "db_id": "d",
+        "category": "Query",
+    }
+    with pytest.raises(VerlExportError, match=r"row 1 \(instance_id 'b'\) lacks column\(s\) db_id"):
+        to_verl_rows([good, {**good, "instance_id": "b", "db_id": None}], stage=4, split="train")
+    with pytest.raises(VerlExportError, match="row 0.*prompt message 0 needs string role"):
+        to_verl_rows([{**good, "prompt": [{"role": "user"}]}], stage=3, split="train")
+    with pytest.raises(VerlExportError, match="non-empty list"):
+        to_verl_rows([{**good, "prompt": "hello"}], stage=3, split="train")
+    with pytest.raises(VerlExportError, match="not 2"):
+        to_verl_rows([good], stage=2, split="train")
+    with pytest.raises(VerlExportError, match="row 0 is not a verl row"):
+        write_verl_parquet([good], tmp_path / "x.parquet")
+    with pytest.raises(VerlExportError, match="no rows"):
+        write_verl_parquet([], tmp_path / "x.parquet")
+
+
+# -- config -----------------------------------------------------------------------------------
+
+
+def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"tasks": "sub/tasks.jsonl", "db_root": "dbs", "pool_root": None}))
+    config = VerlConfig.load(path)
+    assert config.tasks == str(tmp_path / "sub/tasks.jsonl")
+    assert config.db_root == str(tmp_path / "dbs") and config.pool_root is None
+    assert VerlConfig.from_mapping({"tasks": "bundled:train"}).tasks == "bundled:train"
+    for bad, message in [
+        ({"tasks": "x", "workers": 2}, "unknown key.*workers"),
+        ({"tasks": "x", "replicas_per_db": 0}, "'replicas_per_db' has the wrong type"),
+        ({"tasks": "x", "infra_error_score": True}, "'infra_error_score' has the wrong type"),
+        ({"db_root": "x"}, "'tasks'.*is required"),
+    ]:
+        with pytest.raises(VerlConfigError, match=message):
+            VerlConfig.from_mapping(bad)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    with pytest.raises(VerlConfigError, match=CONFIG_ENV):
+        runtime()
+    with pytest.raises(VerlConfigError, match="cannot read"):
+        runtime(tmp_path / "missing.json")
+    assert VerlConfig.load(EXAMPLES / "birdrl_verl.json").tasks == "bundled:train"
+
+
+def test_processes_claim_free_pool_partitions(tmp_path: Path) -> None:
+    settings = {"tasks": "bundled:test", "pool_root": "pool", "pool_partitions": 2}
+    paths = []
+    for i in range(3):  # three "processes" (runtimes of one config each) on one pool
+        paths.append(tmp_path / f"c{i}.json")
+        paths[-1].write_text(json.dumps({**settings, "replicas_per_db": 1, "eval_workers": 1}))
+    assert [runtime(p).store().worker_id for p in paths[:2]] == [0, 1]
+    with pytest.raises(VerlConfigError, match="all 2 partition.*held by other processes"):
+        runtime(paths[2]).store()
+    runtime(paths[0]).close()
+    assert runtime(paths[2]).store().worker_id == 0  # a partition freed is claimed again
+    for path in paths:
+        runtime(path).close()
+
+
+# -- compute_score ----------------------------------------------------------------------------
+
+
+def test_compute_score_is_the_evaluators_score(config: Path, tasks: dict[str, Task]) -> None:
+    evaluator = runtime(config).evaluator()
+    for instance_id in ("chinook_003", "airline_017", "hr_020", "airline_028", "clinic_025"):
+        task = tasks[instance_id]
+        gold = compute_score(
+            "birdrl", answer(task.sol_sql), instance_id, {"stage": 3}, config=config
+        )
+        assert gold == 1.0
+        issue = answer(task.issue_sql)
+        expected = evaluator.evaluate(task, split_statements(extract_answer(issue) or "")).reward
+        assert compute_score("birdrl", issue, instance_id, {}, config=config) == expected < 1.0
+        assert compute_score("birdrl", "I would fix it.", instance_id, None, config=config) == 0.0
+
+
+def test_compute_score_text_to_sql_is_execution_accuracy(tmp_path: Path) -> None:
+    config = tmp_path / "t2s.json"
+    config.write_text(json.dumps({"tasks": "bundled:text2sql-test", "eval_workers": 1}))
+    task = runtime(config).benchmark().text_to_sql_tasks()[0]
+    assert compute_score("birdrl", answer([task.sql]), task.instance_id, config=config) == 1.0
+    wrong = answer(["SELECT 0"])
+    assert compute_score("birdrl", wrong, task.instance_id, {"stage": 3}, config=config) == 0.0
+
+
+def test_compute_score_reads_the_config_from_the_environment(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CONFIG_ENV, str(config))
+    assert compute_score("birdrl", answer(["SELECT 1"]), "chinook_003") == 0.0
+    with pytest.raises(VerlRewardError, match="not 'gsm8k'"):
+        compute_score("gsm8k", "#### 4", "4")
+    with pytest.raises(UnknownTaskError, match="nope"):
+        compute_score("birdrl", answer(["SELECT 1"]), "nope")
+
+
+def test_stage4_score_is_the_submission_tool_reward(config: Path) -> None:
+    def score(info: dict[str, Any]) -> float:
+        return compute_score(
+            "birdrl", "<tool_call>...", "chinook_003", {"stage": 4, **info}, config=config
+        )
+
+    assert score({"tool_rewards": [0.0, 0.0, 0.75]}) == 0.75
+    assert score({"tool_rewards": []}) == 0.0  # never submitted
+    assert score({"rollout_reward_scores": {"execute_sql": 0.0, "submit_solution": 1.0}}) == 1.0
+    with pytest.raises(RewardInfraError, match="infrastructure"):
+        score({"tool_rewards": [0.0, math.nan]})
+    with pytest.raises(VerlRewardError, match="no tool rewards"):
+        score({"rollout_reward_scores": {}})
+
+
+def test_infrastructure_failures_raise_or_are_logged(
+    config: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(RewardInfraError, match="'crash'"):
+        compute_score("birdrl", answer(["SELECT 1"]), "crash", {"stage": 3}, config=config)
+    rt = runtime(config)
+    all_tasks = {t.instance_id: t for t in rt.benchmark().tasks}
+    scorer = VerlScorer(all_tasks, rt.evaluator, infra_error_score=-1.0)
+    with caplog.at_level("ERROR", logger="birdrl.training.verl.reward"):
+        assert scorer.score("birdrl", answer(["SELECT 1"]), "crash") == -1.0
+    assert "infrastructure failure scored -1.0" in caplog.text
+    assert scorer.metrics() == {"scored": 0, "infra_errors": 1}
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+
+def _cores(config: Path) -> tuple[SQLToolCore, SQLToolCore, TrajectoryStore]:
+    store = runtime(config).store()
+    return SQLToolCore("execute_sql", store), SQLToolCore("submit_solution", lambda: store), store
+
+
+async def _call(core: SQLToolCore, traj: str, task: Task | None, sql: Any) -> tuple[str, float]:
+    """One tool call as verl's agent loop (>= 0.7) makes it: create, execute, release."""
+    spec = {"task_id": task.instance_id, "db_id": task.db_id} if task else {}
+    iid = await core.create(create_kwargs=spec)
+    try:
+        text, reward, _ = await core.execute(
+            iid, {"sql": sql}, agent_data=SimpleNamespace(request_id=traj)
+        )
+    finally:
+        await core.release(iid)
+    return text, reward
+
+
+def _value(text: str) -> str:
+    return text.splitlines()[2].strip()  # header, rule, first row
+
+
+def test_state_is_per_trajectory_across_interleaved_calls(
+    config: Path, tasks: dict[str, Task]
+) -> None:
+    execute, _, store = _cores(config)
+    task = next(t for t in tasks.values() if t.category is Category.MANAGEMENT)
+    template = store.pool.templates[task.db_id].path
+    with sqlite3.connect(f"file:{template}?mode=ro", uri=True) as conn:
+        (table,) = conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite%' ORDER BY name"
+        ).fetchone()
+        (rows,) = conn.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()
+    assert rows > 0
+    count = f'SELECT COUNT(*) AS n FROM "{table}"'
+    rng = random.Random(0)
+
+    async def episode(traj: str, writer: bool) -> list[str]:
+        seen = []
+        for step in range(2):
+            await asyncio.sleep(rng.random() / 100)
+            if writer and step == 0:
+                await _call(execute, traj, task, f'DELETE FROM "{table}"')
+            seen.append(_value((await _call(execute, traj, task, count))[0]))
+        return seen
+
+    trajs = [f"t-{uuid.uuid4().hex}" for _ in range(4)]
+
+    async def main() -> list[list[str]]:
+        return await asyncio.gather(*(episode(t, i % 2 == 0) for i, t in enumerate(trajs)))
+
+    results = asyncio.run(main())
+    assert results == [["0", "0"], [str(rows)] * 2, ["0", "0"], [str(rows)] * 2]
+    assert set(trajs) <= set(store.pool.active_leases())  # verl's release kept the leases
+    for traj in trajs:
+        store.end(traj)
+    assert not set(trajs) & set(store.pool.active_leases())
+
+
+def test_requests_in_threads_keep_their_own_state(config: Path, tasks: dict[str, Task]) -> None:
+    """Several event loops in threads (several agent-loop workers in one process)."""
+    execute, _, store = _cores(config)
+    task = tasks["clinic_017"]
+    trajs = [f"th-{uuid.uuid4().hex}" for _ in range(4)]
+
+    async def episode(traj: str, value: int) -> str:
+        await _call(execute, traj, task, f"CREATE TABLE mine AS SELECT {value} AS v")
+        await asyncio.sleep(0.01)
+        return _value((await _call(execute, traj, task, "SELECT v FROM mine"))[0])
+
+    with ThreadPoolExecutor(4) as pool:
+        seen = list(pool.map(lambda i: asyncio.run(episode(trajs[i], i)), range(4)))
+    assert seen == ["0", "1", "2", "3"]
+    for traj in trajs:
+        store.end(traj)
+
+
+def test_submit_scores_on_the_trajectorys_replica(config: Path, tasks: dict[str, Task]) -> None:
+    execute, submit, store = _cores(config)
+    evaluator = runtime(config).evaluator()
+
+    async def main() -> None:
+        for instance_id in ("chinook_017", "airline_017", "airline_028"):
+            task = tasks[instance_id]
+            for sql in (task.sol_sql, task.issue_sql):
+                traj = f"s-{uuid.uuid4().hex}"
+                text, reward = await _call(execute, traj, task, "SELECT 1")
+                assert (reward, traj in store.pool.active_leases()) == (0.0, True), text
+                text, reward = await _call(submit, traj, task, ";\n".join(sql))
+                assert reward == evaluator.evaluate(task, list(sql)).reward, text
+                assert "hidden test(s) passed" in text
+                assert traj not in store.pool.active_leases()  # a submission releases at once
+                assert (
+                    await submit.calc_reward("x", agent_data=SimpleNamespace(request_id=traj))
+                    == reward
+                )
+                assert await _call(execute, traj, task, "SELECT 1") == (EPISODE_OVER, 0.0)
+
+    asyncio.run(main())
+
+
+def test_parallel_calls_of_one_turn_run_in_order(config: Path, tasks: dict[str, Task]) -> None:
+    execute, _, store = _cores(config)
+    task, traj = tasks["chinook_003"], f"p-{uuid.uuid4().hex}"
+
+    async def main() -> tuple[tuple[str, float], ...]:
+        await _call(execute, traj, task, "CREATE TABLE scratch(x)")
+        return await asyncio.gather(
+            _call(execute, traj, task, "INSERT INTO scratch VALUES (1), (2)"),
+            _call(execute, traj, task, "SELECT COUNT(*) AS n FROM scratch"),
+        )
+
+    _, (counted, _) = asyncio.run(main())
+    assert _value(counted) == "2"
+    store.end(traj)
+
+
+def test_tool_budget_ends_the_episode(config: Path, tasks: dict[str, Task]) -> None:
+    execute, submit, _ = _cores(config)
+    task, traj = tasks["chinook_003"], f"b-{uuid.uuid4().hex}"
+
+    async def main() -> list[tuple[str, float]]:
+        return [await _call(execute, traj, task, "SELECT 1") for _ in range(4)]
+
+    *_, (last, reward) = asyncio.run(main())  # max_tool_calls is 4 in this config
+    assert reward == 0.0 and last.endswith(EPISODE_OVER)
+    assert asyncio.run(_call(submit, traj, task, "SELECT 1")) == (EPISODE_OVER, 0.0)
+
+
+def test_no_free_replica_is_an_infrastructure_failure(config: Path, tasks: dict[str, Task]) -> None:
+    execute, _, store = _cores(config)
+    task = tasks["library_003"]
+    trajs = [f"f-{uuid.uuid4().hex}" for _ in range(7)]  # 6 replicas per database
+
+    async def main() -> list[tuple[str, float]]:
+        return [await _call(execute, traj, task, "SELECT 1") for traj in trajs]
+
+    outcomes = asyncio.run(main())
+    assert [r for _, r in outcomes[:6]] == [0.0] * 6
+    text, reward = outcomes[6]
+    assert math.isnan(reward) and "no free replica" in text
+    for traj in trajs:
+        store.end(traj)
+
+
+def test_older_verl_protocol_one_instance_per_request(config: Path, tasks: dict[str, Task]) -> None:
+    """verl's SGLang rollout (< 0.7): create(request_id, **create_kwargs) once per tool,
+    execute(request_id, ...), then calc_reward and release per tool at the end."""
+    execute, submit, store = _cores(config)
+    task, request = tasks["chinook_006"], f"r-{uuid.uuid4().hex}"
+
+    async def main() -> tuple[float, float]:
+        for core in (execute, submit):
+            await core.create(request, task_id=task.instance_id, db_id=task.db_id)
+        await execute.execute(request, {"sql": "SELECT 1"})
+        await submit.execute(request, {"sql": ";\n".join(task.sol_sql)})
+        rewards = (await execute.calc_reward(request), await submit.calc_reward(request))
+        for core in (execute, submit):
+            await core.release(request)
+        return rewards
+
+    assert asyncio.run(main()) == (1.0, 1.0)
+    assert request in store
+
+
+def test_unknown_trajectories_and_misuse_are_clear(config: Path, tasks: dict[str, Task]) -> None:
+    execute, _, store = _cores(config)
+    with pytest.raises(TrajectoryNotFoundError, match="'nope' is unknown to this process"):
+        store.call("nope", "execute_sql", {"sql": "SELECT 1"})
+    with pytest.raises(TrajectoryNotFoundError):
+        store.reward("nope")
+
+    async def main() -> list[tuple[str, float, dict[str, Any]]]:
+        no_task = await execute.create(create_kwargs={})
+        bare = await execute.create(create_kwargs={"task_id": "chinook_003", "db_id": "chinook"})
+        t2s = await execute.create(create_kwargs={"task_id": "nope", "db_id": "chinook"})
+        data = SimpleNamespace(request_id=f"u-{uuid.uuid4().hex}")
+        return [
+            await execute.execute(no_task, {"sql": "SELECT 1"}, agent_data=data),
+            await execute.execute("never-created", {"sql": "SELECT 1"}, agent_data=data),
+            await execute.execute(bare, {"sql": "SELECT 1"}),  # agent loop without agent_data
+            await execute.execute(t2s, {"sql": "SELECT 1"}, agent_data=data),
+        ]
+
+    outcomes = asyncio.run(main())
+    assert all(math.isnan(reward) for _, reward, _ in outcomes)  # never a silent 0.0
+    texts = [text for text, _, _ in outcomes]
+    assert "unknown to this process" in texts[0] and "create_kwargs need task_id" in texts[0]
+    assert "was never created" in texts[1]
+    assert "verl >= 0.7" in texts[2]
+    assert "'nope' is not among the tasks" in texts[3]
+
+
+def test_infrastructure_failure_in_a_submission_is_nan(config: Path) -> None:
+    _, submit, _ = _cores(config)
+    crash = runtime(config).store().tasks["crash"]
+    assert isinstance(crash, Task)
+    traj = f"c-{uuid.uuid4().hex}"
+    text, reward = asyncio.run(_call(submit, traj, crash, "SELECT 1"))
+    assert math.isnan(reward) and "not your fault" in text
+    assert math.isnan(asyncio.run(_call(submit, traj, crash, "SELECT 1"))[1])
+    with pytest.raises(RewardInfraError):
+        compute_score("birdrl", "", "crash", {"stage": 4, "tool_rewards": [reward]}, config=config)
+
+
+# -- verl's side ------------------------------------------------------------------------------
+
+
+def test_example_tool_config_matches_the_tools() -> None:
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads the example tool config")
+    tools = yaml.safe_load((EXAMPLES / "tool_config.yaml").read_text())["tools"]
+    assert [t["tool_schema"] for t in tools] == verl_tool_schemas()
+    assert [t["class_name"] for t in tools] == [
+        "birdrl.training.verl.tools.ExecuteSQLTool",
+        "birdrl.training.verl.tools.SubmitSolutionTool",
+    ]
+    assert all(t["config"]["type"] == "native" for t in tools)
+    for schema in verl_tool_schemas():  # verl's property schema needs a plain type
+        for prop in schema["function"]["parameters"]["properties"].values():
+            assert isinstance(prop["type"], str)
+
+
+def test_tool_classes_need_verl() -> None:
+    try:
+        import verl  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("verl is installed")
+    with pytest.raises(ImportError, match="need verl"):
+        from birdrl.training.verl.tools import ExecuteSQLTool  # noqa: F401
+
+
+def test_tool_classes_with_verl(config: Path, tasks: dict[str, Task], tmp_path: Path) -> None:
+    pytest.importorskip("verl", reason="verl is not installed (it needs Ray, vLLM/SGLang, GPUs)")
+    from verl.tools.utils.tool_registry import initialize_tools_from_config
+
+    text = (
+        (EXAMPLES / "tool_config.yaml")
+        .read_text()
+        .replace("/path/to/birdrl_verl.json", str(config))
+    )
+    (tmp_path / "tools.yaml").write_text(text)
+    tools = {tool.name: tool for tool in initialize_tools_from_config(str(tmp_path / "tools.yaml"))}
+    task = tasks["chinook_003"]
+    data = SimpleNamespace(request_id=f"v-{uuid.uuid4().hex}")
+
+    async def main() -> float:
+        iid, _ = await tools["submit_solution"].create(
+            create_kwargs={"task_id": task.instance_id, "db_id": task.db_id}
+        )
+        response, reward, _ = await tools["submit_solution"].execute(
+            iid, {"sql": task.sol_sql[0]}, agent_data=data
+        )
+        await tools["submit_solution"].release(iid)
+        assert "hidden test(s) passed" in response.text
+        return reward
+
+    assert asyncio.run(main()) == 1.0
+
+
+def test_cli_export_verl(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from birdrl.cli import app
+
+    out = tmp_path / "s3.parquet"
+    result = CliRunner().invoke(
+        app, ["data", "export-verl", "--stage", "3", "--out", str(out), "--tasks", "bundled:test"]
+    )
+    assert result.exit_code == 0, result.output
+    table = pq.read_table(out)
+    assert table.num_rows == 48 and "reward_model" in table.column_names
+    bad = CliRunner().invoke(app, ["data", "export-verl", "--stage", "2", "--out", str(out)])
+    assert bad.exit_code == 1 and "must be 3 or 4" in bad.output
