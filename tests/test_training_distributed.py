@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,42 @@ def test_two_cpu_processes_train_stages_3_and_4_on_disjoint_partitions(tmp_path:
         assert all(f"/w{r:03d}/" in replica for _, replica in rank["leases"])
     assert not set(ids[0]) & set(ids[1])
     assert not (run_dir / "stage4" / "pool").exists()  # removed when the stage ended
+
+
+def test_two_process_run_resumes_mid_stage_from_its_checkpoint(tmp_path: Path) -> None:
+    pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    args = ["--preset", "smoke", "--out", str(run_dir), "--stages", "3"]
+    args += ["--set", "evaluation.base_model=false", "--set", "stage3.max_steps=6"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    cmd += ["-m", "birdrl", "curriculum", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    trainer_dir = run_dir / "stage3" / "trainer"
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        if any(trainer_dir.glob("checkpoint-*")):
+            break
+        time.sleep(0.05)
+    # a crash of the whole job: the launcher and both ranks (torchrun starts the ranks in
+    # process groups of their own, so they are found by their command line)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    subprocess.run(["pkill", "-KILL", "-f", str(run_dir)], check=False)
+    while subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True).returncode == 0:
+        time.sleep(0.1)
+    saved = sorted(int(p.name.split("-")[1]) for p in trainer_dir.glob("checkpoint-*"))
+    assert saved and saved[-1] < 6 and not (run_dir / "stage3" / "record.json").exists()
+    resumed = _launch([*args, "--resume"], tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    steps = re.findall(r"stage 3: step (\d+)/6", resumed.stdout)
+    assert steps, resumed.stdout[-3000:]
+    first = int(steps[0])
+    assert first == saved[-1] + 1  # training continued after the checkpoint, not from step 1
+    record = json.loads((run_dir / "stage3" / "record.json").read_text())
+    assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
