@@ -149,3 +149,17 @@ def test_two_process_run_resumes_mid_stage_from_its_checkpoint(tmp_path: Path) -
     assert first == saved[-1] + 1  # training continued after the checkpoint, not from step 1
     record = json.loads((run_dir / "stage3" / "record.json").read_text())
     assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
+
+
+def test_cli_dry_run_prints_the_plan() -> None:
+    from typer.testing import CliRunner
+
+    from birdrl.cli import app
+
+    result = CliRunner().invoke(
+        app, ["curriculum", "--preset", "qwen2.5-coder-7b", "--dry-run", "--processes", "8"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "processes (ranks): 8" in result.output
+    assert "replicas per database per rank: 32" in result.output
+    assert "accelerate configs shipped with birdrl" in result.output

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
+from birdrl.training.distributed import BARRIER_TIMEOUT_S
 from birdrl.training.models import use_cuda
 
 __all__ = [
@@ -63,6 +64,7 @@ def common_args(
         "bf16": bf16,
         "activation_checkpointing": config.gradient_checkpointing,
         "dataloader_num_workers": 0,
+        "ddp_timeout": BARRIER_TIMEOUT_S,  # if the trainer creates the process group first
         "disable_tqdm": True,  # progress_callback prints one line per step instead
     }
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ __all__ = [
     "episodes_per_rank",
     "plan_run",
 ]
+
+
+BARRIER_TIMEOUT_S = 6 * 3600
+"""How long ranks wait for each other (the main process's evaluation of a large model on
+the held-out split can take hours)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,12 @@ class DistContext:
             import torch
             from accelerate import PartialState
 
-            # the process group accelerate (and so the trainers) use; gloo on CPUs
-            PartialState(cpu=not torch.cuda.is_available()).wait_for_everyone()
+            # the process group accelerate (and so the trainers) use; gloo on CPUs. The
+            # first call creates it, with a timeout long enough for the other ranks to wait
+            # while the main process builds data or evaluates (the default is 30 min)
+            PartialState(
+                cpu=not torch.cuda.is_available(), timeout=timedelta(seconds=BARRIER_TIMEOUT_S)
+            ).wait_for_everyone()
 
     @contextmanager
     def main_first(self) -> Iterator[None]:
