@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -448,9 +448,3 @@ def run_curriculum(
         state.report()
         dist.barrier()  # the next stage's data and skip decisions come from these files
     return CurriculumResult(run, state.records, state.report(), skipped)
-
-
-def stage_config_for(config: CurriculumConfig, stage: int, **changes: Any) -> CurriculumConfig:
-    """`config` with one stage's settings changed (tests, programmatic sweeps)."""
-    key = f"stage{stage}"
-    return replace(config, **{key: replace(getattr(config, key), **changes)})
