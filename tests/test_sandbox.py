@@ -972,3 +972,12 @@ def test_limits_are_validated() -> None:
         SandboxLimits(max_scratch_bytes=-1)
     with pytest.raises(ValueError, match="max_like_pattern_length"):
         SandboxLimits(max_like_pattern_length=0)
+
+
+def test_join_statements_is_read_back_by_split_statements() -> None:
+    from birdrl.db.statements import join_statements
+
+    statements = ["UPDATE t SET a = 1;", " DELETE FROM t WHERE b = ';' ", "SELECT 1"]
+    script = join_statements(statements)
+    assert script == "UPDATE t SET a = 1;\nDELETE FROM t WHERE b = ';';\nSELECT 1;"
+    assert split_statements(script) == [s.strip().rstrip(";") + ";" for s in statements]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from birdrl.agents.base import render_tool_call
+from birdrl.db.statements import join_statements
 from birdrl.env.types import Message
 from birdrl.tasks.model import Task
 
@@ -70,7 +71,7 @@ class ScriptedAgent:
     def _turn(self, task: Task, conversation: Sequence[Message]) -> str:
         submission = self._submission(task)
         if self.mode == "single":
-            sql = ";\n".join(s.strip().rstrip(";") for s in submission) + ";"
+            sql = join_statements(submission)
             return f"The fix follows.\n<answer>\n```sql\n{sql}\n```\n</answer>"
         if self.kind != "explorer":
             return render_tool_call("submit_solution", {"sql": submission})

@@ -28,7 +28,7 @@ from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory
 from birdrl.agents.scripted import ScriptedAgent
 from birdrl.data.teachers import GuidedAgent, Teacher, gather_evidence
-from birdrl.db.statements import split_statements
+from birdrl.db.statements import join_statements, split_statements
 from birdrl.env.parse import extract_answer, parse_turn
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS
@@ -110,7 +110,7 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     (Arrow-backed datasets need that) and matches the ``sql: str`` tool of stage 4."""
     args = dict(call.arguments)
     if isinstance(args.get("sql"), list):
-        args["sql"] = ";\n".join(str(s).strip().rstrip(";") for s in args["sql"]) + ";"
+        args["sql"] = join_statements(args["sql"])
     return args
 
 
@@ -243,7 +243,7 @@ def _keep_verified(
     """Add the stage-1 row if the explanation's SQL passes the task's tests."""
     answer = extract_answer(explanation)
     if answer is None:  # an offline explanation: append the verified fix
-        script = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
+        script = join_statements(task.sol_sql)
         explanation = f"{explanation}\n<answer>\n```sql\n{script}\n```\n</answer>"
         answer = script
     report = evaluator.evaluate(task, split_statements(answer))

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from birdrl.db.pool import ReplicaPool
 from birdrl.db.sandbox import ExecResult
+from birdrl.db.statements import join_statements
 from birdrl.tasks.model import Task
 
 __all__ = [
@@ -344,7 +345,7 @@ class GuidedAgent:
         task = self._task_for(messages)
         if task is None or not messages or messages[0]["role"] != "system":
             return messages
-        fix = ";\n".join(s.strip().rstrip(";") for s in task.sol_sql) + ";"
+        fix = join_statements(task.sol_sql)
         messages[0]["content"] = str(messages[0]["content"]) + GUIDANCE.format(fix=fix)
         return messages
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["split_statements"]
+from collections.abc import Iterable
+
+__all__ = ["join_statements", "split_statements"]
 
 
 def split_statements(sql: str) -> list[str]:
@@ -86,6 +88,12 @@ _TK_KEYWORDS = {
     "trigger": _TK_TRIGGER,
     "end": _TK_END,
 }
+
+
+def join_statements(statements: Iterable[object]) -> str:
+    """One script from a list of statements (``a;\nb;``): the form in which prompts, answer
+    blocks and tool calls show multi-statement SQL, and which `split_statements` reads back."""
+    return ";\n".join(str(s).strip().rstrip(";") for s in statements) + ";"
 
 
 def _is_id_char(c: str) -> bool:

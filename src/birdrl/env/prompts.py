@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote
 
+from birdrl.db.statements import join_statements
 from birdrl.env.types import Message
 from birdrl.tasks.model import Task, TextToSQLTask
 
@@ -88,7 +89,7 @@ def render_schema(db_path: str | Path, sample_rows: int = 3, budget_chars: int =
 
 
 def _user_prompt(task: Task, schema: str, single: bool) -> str:
-    sql = "\n".join(s.strip().rstrip(";") + ";" for s in task.issue_sql)
+    sql = join_statements(task.issue_sql)
     tail = (
         "Give the fixed SQL in an <answer> block."
         if single
