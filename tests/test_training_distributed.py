@@ -75,12 +75,17 @@ def test_an_interrupted_stage_resumes_from_its_checkpoint(tmp_path: Path) -> Non
     assert not (run_dir / "stage1" / "trainer" / "checkpoint-1").exists()
 
 
-def _launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """Two processes with torchrun (accelerate's own multi-CPU launch needs MPI); the
     trainers join the same gloo process group through accelerate."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     cmd += ["-m", "birdrl", "curriculum", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    return cmd, env
+
+
+def _launch(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    cmd, env = _command(args)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -120,9 +125,7 @@ def test_two_process_run_resumes_mid_stage_from_its_checkpoint(tmp_path: Path) -
     run_dir = tmp_path / "run"
     args = ["--preset", "smoke", "--out", str(run_dir), "--stages", "3"]
     args += ["--set", "evaluation.base_model=false", "--set", "stage3.max_steps=6"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["-m", "birdrl", "curriculum", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    cmd, env = _command(args)
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

@@ -102,11 +102,15 @@ class DistributedPlan:
 
     world_size: int
     episodes_per_rank: int
-    replicas_per_db_per_rank: int
     databases: dict[str, int]
     """db_id -> template size in bytes (stage 4's databases)."""
     prompts_per_step: dict[int, int]
     """GRPO stage -> prompts per optimizer step over all ranks."""
+
+    @property
+    def replicas_per_db_per_rank(self) -> int:
+        """One replica per episode in flight, so an acquire never waits."""
+        return self.episodes_per_rank
 
     @property
     def replica_bytes(self) -> int:
@@ -132,7 +136,6 @@ def plan_run(
     config: CurriculumConfig, databases: Mapping[str, Path], world_size: int
 ) -> DistributedPlan:
     """The distributed plan of `config` over `world_size` processes."""
-    per_rank = episodes_per_rank(config.stage4)
     prompts: dict[int, int] = {}
     for n in (3, 4):
         stage: Any = getattr(config, f"stage{n}")
@@ -140,8 +143,7 @@ def plan_run(
         prompts[n] = max(1, total // max(1, stage.num_generations))
     return DistributedPlan(
         world_size=world_size,
-        episodes_per_rank=per_rank,
-        replicas_per_db_per_rank=per_rank,
+        episodes_per_rank=episodes_per_rank(config.stage4),
         databases={k: Path(p).stat().st_size for k, p in sorted(databases.items())},
         prompts_per_step=prompts,
     )
