@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import os
 import random
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from birdrl.db.postgres.cluster import LocalCluster, find_pg_bin
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -104,3 +108,26 @@ def make_template(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def template(make_template: Callable[..., Path]) -> Path:
     return make_template()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[LocalCluster]:
+    """A throwaway PostgreSQL cluster for the whole session (initdb into a temp dir).
+
+    Skips with the reason when the server binaries or psycopg are absent; where
+    ``BIRDRL_REQUIRE_POSTGRES=1`` (set by `.ci/run`) their absence is an error instead."""
+    required = os.environ.get("BIRDRL_REQUIRE_POSTGRES") == "1"
+    missing = None
+    if importlib.util.find_spec("psycopg") is None:
+        missing = "psycopg is not installed (pip install -e '.[postgresql]')"
+    elif find_pg_bin() is None:
+        missing = "PostgreSQL server binaries not found (apt-get install postgresql)"
+    if missing is not None:
+        if required:
+            pytest.fail(f"BIRDRL_REQUIRE_POSTGRES=1 but {missing}")
+        pytest.skip(missing)
+    cluster = LocalCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

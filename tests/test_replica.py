@@ -80,7 +80,7 @@ def test_restore_is_byte_exact(template: Path, tmp_path: Path, strategy: str, ho
     _mutate(replica, how)
     Path(str(replica) + "-journal").write_bytes(b"stale journal")
     r = Replica(Template.open("shop", template), replica, worker_id=0, index=0)
-    r.restore(get_strategy(strategy), IOStats())
+    r.restore(IOStats(), strategy=get_strategy(strategy))
     assert file_sha(replica) == before
     assert file_sha(template) == before  # the template is only read
     assert not any(p.exists() for p in sidecar_paths(replica))
@@ -121,7 +121,7 @@ def _signature_after(template: Path, tmp_path: Path, sql: str, *, close: bool = 
     """Run `sql` through a sandbox on a fresh replica; return whether it counts as changed."""
     replica_path = tmp_path / "sig.sqlite"
     r = Replica(Template.open("shop", template), replica_path, worker_id=0, index=0)
-    r.restore(CopyRestore(), IOStats())
+    r.restore(IOStats(), strategy=CopyRestore())
     box = Sandbox(replica_path)
     result = box.execute(sql)
     assert result.ok, result.error
@@ -173,7 +173,7 @@ def test_connection_only_state_is_not_a_change(template: Path, tmp_path: Path, s
 def test_leftover_journal_counts_as_changed(template: Path, tmp_path: Path) -> None:
     replica_path = tmp_path / "j.sqlite"
     r = Replica(Template.open("shop", template), replica_path, worker_id=0, index=0)
-    r.restore(CopyRestore(), IOStats())
+    r.restore(IOStats(), strategy=CopyRestore())
     assert not r.changed()
     Path(str(replica_path) + "-journal").write_bytes(b"x")
     assert r.changed()
@@ -183,12 +183,12 @@ def test_leftover_journal_counts_as_changed(template: Path, tmp_path: Path) -> N
 def test_recover_trusts_only_matching_records(template: Path, tmp_path: Path) -> None:
     t = Template.open("shop", template)
     path = tmp_path / "rec.sqlite"
-    Replica(t, path, worker_id=0, index=0).restore(CopyRestore(), IOStats())
+    Replica(t, path, worker_id=0, index=0).restore(IOStats(), strategy=CopyRestore())
     assert Replica(t, path, worker_id=0, index=0).recover()
     _mutate(path, "update")
     assert not Replica(t, path, worker_id=0, index=0).recover()
     # a record written for another template is not trusted either
-    Replica(t, path, worker_id=0, index=0).restore(CopyRestore(), IOStats())
+    Replica(t, path, worker_id=0, index=0).restore(IOStats(), strategy=CopyRestore())
     other = tmp_path / "other.sqlite"
     shutil.copyfile(template, other)
     assert not Replica(Template.open("shop", other), path, worker_id=0, index=0).recover()

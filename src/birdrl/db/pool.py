@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from birdrl.db.backend import BackendReplica, ReplicaBackend, SandboxLike, SQLiteBackend
 from birdrl.db.errors import (
     AcquireTimeout,
     LeaseClosedError,
@@ -40,9 +40,8 @@ from birdrl.db.errors import (
     UnknownTrajectoryError,
 )
 from birdrl.db.iostats import IOStats
-from birdrl.db.replica import Replica, Template
-from birdrl.db.restore import CopyRestore, RestoreStrategy, get_strategy
-from birdrl.db.sandbox import ExecResult, Sandbox, SandboxLimits
+from birdrl.db.restore import get_strategy
+from birdrl.db.sandbox import ExecResult, SandboxLimits
 
 __all__ = ["Lease", "PoolConfig", "ReplicaPool"]
 
@@ -61,7 +60,8 @@ class PoolConfig:
     worker_ids: tuple[int, ...] | None = None
     """Partitions this process owns (None: all W). Each is locked against other processes."""
     restore: str = "page"
-    """Restore strategy: ``page`` (rewrite differing pages) or ``copy`` (whole file)."""
+    """SQLite restore strategy: ``page`` (rewrite differing pages) or ``copy`` (whole file).
+    (A PostgreSQL pool restores through its backend, see `birdrl.db.postgres`.)"""
     reset: Literal["dirty", "always"] = "dirty"
     """``dirty``: restore only replicas whose file changed. ``always``: restore every used
     replica (the reference implementation's behaviour, kept for comparison)."""
@@ -102,7 +102,7 @@ class Lease:
     """A trajectory's hold on one replica. Obtain it from `ReplicaPool.acquire`."""
 
     def __init__(
-        self, pool: ReplicaPool, traj_id: str, replica: Replica, ttl_s: float | None
+        self, pool: ReplicaPool, traj_id: str, replica: BackendReplica, ttl_s: float | None
     ) -> None:
         self._pool = pool
         self.traj_id = traj_id
@@ -110,7 +110,7 @@ class Lease:
         self.acquired_at = time.monotonic()
         self._ttl = ttl_s
         self.expires_at = float("inf") if ttl_s is None else self.acquired_at + ttl_s
-        self._sandbox: Sandbox | None = None  # opened on first execute
+        self._sandbox: SandboxLike | None = None  # opened on first execute
         self._box_lock = threading.Lock()
         self._ready = False
         self._closed = False
@@ -125,9 +125,22 @@ class Lease:
         return self.replica.worker_id
 
     @property
+    def locator(self) -> str:
+        """Where the replica is (a file path for SQLite, a libpq conninfo for PostgreSQL):
+        hand it to trusted code (e.g. test cases) of this trajectory only."""
+        return self.replica.locator
+
+    @property
+    def dialect(self) -> str:
+        """The SQL dialect of the replica: ``sqlite`` or ``postgresql``."""
+        return self._pool.dialect
+
+    @property
     def path(self) -> Path:
-        """The replica file: hand it to trusted code (e.g. test cases) of this trajectory only."""
-        return self.replica.path
+        """The replica file of an SQLite pool (see `locator` for any backend)."""
+        if self._pool.dialect != "sqlite":
+            raise PoolError(f"a {self._pool.dialect} replica has no file path; use Lease.locator")
+        return Path(self.replica.locator)
 
     @property
     def closed(self) -> bool:
@@ -171,17 +184,17 @@ class Lease:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _box(self) -> Sandbox:
+    def _box(self) -> SandboxLike:
         """The lease's guarded connection, opened on first use: a clean acquire then does no
-        SQLite work at all, and a lease that is only scored through `path` opens none."""
+        database work at all, and a lease that is only scored through `locator` opens none."""
         with self._box_lock:
             if self._closed:
                 raise LeaseClosedError(self._closed_message())
             if self._sandbox is None:
                 try:
-                    self._sandbox = Sandbox(self.replica.path, self._pool.config.limits)
+                    self._sandbox = self.replica.open_sandbox(self._pool.config.limits)
                 except (OSError, sqlite3.Error) as exc:
-                    raise PoolError(f"cannot open replica {self.replica.path}: {exc}") from exc
+                    raise PoolError(f"cannot open replica {self.replica.locator}: {exc}") from exc
             return self._sandbox
 
     def _close_box(self) -> None:
@@ -212,19 +225,25 @@ class ReplicaPool:
         config: PoolConfig,
         *,
         stats: IOStats | None = None,
+        backend: ReplicaBackend | None = None,
     ) -> None:
+        """`templates` maps db_id to its template (an SQLite file, or for a PostgreSQL
+        `backend` the name of a template database on its server)."""
         if not templates:
             raise PoolConfigError("a pool needs at least one template database")
         self.config = config
         self.stats = stats if stats is not None else IOStats()
-        self.templates = {db_id: Template.open(db_id, p) for db_id, p in templates.items()}
+        self.backend: ReplicaBackend = backend or SQLiteBackend(config.restore)
+        self.dialect = self.backend.dialect
+        self.templates: dict[str, Any] = {
+            db_id: self.backend.open_template(db_id, p) for db_id, p in templates.items()
+        }
         if isinstance(config.replicas_per_db, Mapping):
             missing = sorted(set(self.templates) - set(config.replicas_per_db))
             if missing:
                 raise PoolConfigError(
                     f"replicas_per_db has no count for db_id(s): {', '.join(missing)}"
                 )
-        self._strategy: RestoreStrategy = get_strategy(config.restore)
         self.worker_ids = tuple(
             config.worker_ids if config.worker_ids is not None else range(config.workers)
         )
@@ -233,7 +252,7 @@ class ReplicaPool:
         self.root = Path(config.root).expanduser().resolve()
         self._cond = threading.Condition()
         self._leases: dict[str, Lease] = {}
-        self._partitions: dict[tuple[int, str], list[Replica]] = {}
+        self._partitions: dict[tuple[int, str], list[BackendReplica]] = {}
         self._lock_files: list[IO[str]] = []
         self._closed = False
         try:
@@ -251,26 +270,19 @@ class ReplicaPool:
             raise PoolConfigError(f"cannot create pool directory {self.root}: {exc}") from exc
         for wid in self.worker_ids:
             self._lock_partition(wid)
-        todo: list[Replica] = []
+        todo: list[BackendReplica] = []
         for wid in self.worker_ids:
             for db_id, template in self.templates.items():
                 part = self._partitions[(wid, db_id)] = []
                 for k in range(self.config.replicas_for(db_id)):
-                    path = self.root / f"w{wid:03d}" / db_id / f"r{k:03d}.sqlite"
-                    replica = Replica(template, path, worker_id=wid, index=k)
+                    replica = self.backend.new_replica(template, self.root, worker_id=wid, index=k)
                     part.append(replica)
-                    if path.exists():
+                    if replica.exists():
                         replica.need_reset = not replica.recover()
                     else:
                         todo.append(replica)
-        self._check_disk(todo)
-        provision = CopyRestore()
+        self.backend.provision(todo, self.stats)
         for replica in todo:
-            try:
-                replica.path.parent.mkdir(parents=True, exist_ok=True)
-                replica.restore(provision, self.stats, category="provision")
-            except OSError as exc:
-                raise PoolConfigError(f"cannot create replica {replica.path}: {exc}") from exc
             replica.need_reset = False
 
     def _lock_partition(self, wid: int) -> None:
@@ -294,17 +306,6 @@ class ReplicaPool:
         f.write(str(os.getpid()))
         f.flush()
         self._lock_files.append(f)
-
-    def _check_disk(self, todo: list[Replica]) -> None:
-        need = sum(r.template.size for r in todo)
-        if not need:
-            return
-        free = shutil.disk_usage(self.root).free
-        if need > free:
-            raise PoolConfigError(
-                f"pool needs {need / 1e9:.2f} GB for {len(todo)} new replicas under {self.root}, "
-                f"but only {free / 1e9:.2f} GB are free; lower replicas_per_db or workers"
-            )
 
     # -- leasing ----------------------------------------------------------------------------
 
@@ -416,7 +417,7 @@ class ReplicaPool:
         self._finish(lease, reclaimed=False)  # the pool was closed while we restored
         raise PoolError("the pool was closed while the lease was being prepared")
 
-    def _pick(self, wid: int, db_id: str, *, clean_only: bool = False) -> Replica | None:
+    def _pick(self, wid: int, db_id: str, *, clean_only: bool = False) -> BackendReplica | None:
         fallback = None
         for replica in self._partitions[(wid, db_id)]:
             if replica.is_available:
@@ -551,16 +552,18 @@ class ReplicaPool:
             done += 1
         return done
 
-    def _restore(self, replica: Replica) -> None:
+    def _restore(self, replica: BackendReplica) -> None:
         """Restore a replica this thread holds (not available to others) from its template."""
         replica.template.check_unchanged()
         try:
-            replica.restore(self._strategy, self.stats)
+            replica.restore(self.stats)
         except OSError as exc:
-            raise RestoreError(f"cannot restore replica {replica.path}: {exc}") from exc
+            raise RestoreError(f"cannot restore replica {replica.locator}: {exc}") from exc
         replica.need_reset = False
 
-    def replicas(self, worker_id: int | None = None, db_id: str | None = None) -> list[Replica]:
+    def replicas(
+        self, worker_id: int | None = None, db_id: str | None = None
+    ) -> list[BackendReplica]:
         """The replicas of this pool (optionally of one worker and/or db)."""
         return [
             r
@@ -626,7 +629,10 @@ class ReplicaPool:
                 if lease._ready:
                     self._finish(lease, reclaimed=False)
         finally:
-            self._unlock()
+            try:
+                self.backend.close()
+            finally:
+                self._unlock()
 
     def _unlock(self) -> None:
         for f in self._lock_files:

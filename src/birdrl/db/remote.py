@@ -206,6 +206,15 @@ class RemoteLease:
     path: Path
     worker_id: int
 
+    @property
+    def locator(self) -> str:
+        """The replica file (the service serves SQLite pools)."""
+        return str(self.path)
+
+    @property
+    def dialect(self) -> str:
+        return "sqlite"
+
     def execute(self, sql: str) -> ExecResult:
         return self.client.execute(self.traj_id, sql)
 

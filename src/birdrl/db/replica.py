@@ -23,7 +23,8 @@ from typing import Any
 
 from birdrl.db.errors import PoolConfigError, TemplateError
 from birdrl.db.iostats import IOStats
-from birdrl.db.restore import RestoreStrategy
+from birdrl.db.restore import PageRestore, RestoreStrategy
+from birdrl.db.sandbox import Sandbox, SandboxLimits
 
 __all__ = ["FileSignature", "Replica", "Template", "sidecar_paths"]
 
@@ -153,8 +154,17 @@ class Replica:
     lock); the file operations below are called by the pool without its lock held.
     """
 
-    def __init__(self, template: Template, path: Path, *, worker_id: int, index: int) -> None:
+    def __init__(
+        self,
+        template: Template,
+        path: Path,
+        *,
+        worker_id: int,
+        index: int,
+        strategy: RestoreStrategy | None = None,
+    ) -> None:
         self.template = template
+        self.strategy: RestoreStrategy = strategy or PageRestore()
         self.path = path
         self.state_path = path.with_name(path.name + ".state.json")
         self.worker_id = worker_id
@@ -167,6 +177,17 @@ class Replica:
     @property
     def db_id(self) -> str:
         return self.template.db_id
+
+    @property
+    def locator(self) -> str:
+        """The replica file's path (what test cases receive as ``db_path``)."""
+        return str(self.path)
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def open_sandbox(self, limits: SandboxLimits) -> Sandbox:
+        return Sandbox(self.path, limits)
 
     def __repr__(self) -> str:
         return (
@@ -207,8 +228,15 @@ class Replica:
 
     # -- restore ----------------------------------------------------------------------------
 
-    def restore(self, strategy: RestoreStrategy, stats: IOStats, category: str = "restore") -> None:
-        """Make the file byte-identical to the template and record its new signature.
+    def restore(
+        self,
+        stats: IOStats,
+        category: str = "restore",
+        *,
+        strategy: RestoreStrategy | None = None,
+    ) -> None:
+        """Make the file byte-identical to the template and record its new signature
+        (with this replica's strategy unless `strategy` is given, e.g. a copy to provision).
 
         The old record is removed first, so a crash at any point leaves a replica that the
         next start-up restores again. Journal/WAL remnants are deleted before the copy: a hot
@@ -219,7 +247,7 @@ class Replica:
         for p in sidecar_paths(self.path):
             p.unlink(missing_ok=True)
         with stats.measure(category) as op:
-            strategy.restore(self.template.path, self.path, op)
+            (strategy or self.strategy).restore(self.template.path, self.path, op)
         signature = FileSignature.of(self.path)
         if signature is None or signature.size != self.template.size:
             raise OSError(

@@ -246,7 +246,7 @@ class SQLActEnv:
         ep.submission = statements
         assert ep.lease is not None
         ep.lease.reset_connection()  # an open transaction of the model must not block scoring
-        report = self.evaluator.evaluate_in_place(ep.task, statements, ep.lease.path)
+        report = self.evaluator.evaluate_in_place(ep.task, statements, ep.lease.locator)
         ep.report = report
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         observation = (

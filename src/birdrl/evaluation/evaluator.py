@@ -323,7 +323,7 @@ class Evaluator:
 
         def call(worker: Worker) -> Any:
             with self.pool.lease(traj_id, db_id) as lease:
-                return worker.run(make_job(str(lease.path)), self.config.job_timeout_s)
+                return worker.run(make_job(lease.locator), self.config.job_timeout_s)
 
         return self._on_worker(call)
 

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from birdrl.db.backend import BackendReplica
 from birdrl.db.bench.result import BenchProgress, ProgressCallback
 from birdrl.db.bench.workload import Trajectory
 from birdrl.db.errors import AcquireTimeout
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import Lease, ReplicaPool
-from birdrl.db.replica import Replica, sidecar_paths
+from birdrl.db.replica import sidecar_paths
 from birdrl.db.restore import CopyRestore
 from birdrl.db.sandbox import ExecResult, Sandbox
 
@@ -52,7 +53,7 @@ class PoolRunner:
 
     def __init__(self, pool: ReplicaPool) -> None:
         self.pool = pool
-        self._seen: dict[Replica, int] = {r: r.restores for r in pool.replicas()}
+        self._seen: dict[BackendReplica, int] = {r: r.restores for r in pool.replicas()}
 
     def start(self, traj: Trajectory) -> tuple[Lease, float, bool] | None:
         t0 = time.perf_counter()

@@ -457,7 +457,7 @@ def _run_pool(
     with pool:
         setup_s = time.perf_counter() - t0
         setup = IOFigures.of(stats.counter("provision"))
-        disk_bytes = sum(r.path.stat().st_blocks * 512 for r in pool.replicas())
+        disk_bytes = sum(Path(r.locator).stat().st_blocks * 512 for r in pool.replicas())
         report(BenchProgress("setup", name, 1, 1))
         if config.sync:
             os.sync()

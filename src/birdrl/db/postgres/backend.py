@@ -1,0 +1,563 @@
+"""PostgreSQL replicas: templates are databases on a server; a replica is a database
+created with ``CREATE DATABASE replica TEMPLATE template`` and restored by dropping and
+re-creating it, lazily, only when the server's own counters say it changed.
+
+Dirty detection reads ``pg_stat_database`` for the replica (transactions, rows inserted,
+updated, deleted: system-catalog rows included, so DDL counts) once no session is connected
+to it any more: a backend flushes its statistics before it leaves ``pg_stat_activity``, so
+waiting for the sessions to end makes the counters complete. Two kinds of change are not
+row counts and are checked separately: sequence positions (``nextval``/``setval``), compared
+with the template's when the replica saw any transaction and has sequences, and per-role
+settings of the sandbox role (``ALTER ROLE ... SET``, a cluster-wide catalog), which are
+reset whenever they appear. Any doubt (counters unreadable, sessions that do not end, a
+statistics reset) counts as dirty.
+
+Untrusted SQL logs in as the *sandbox role*: LOGIN, nothing else (no superuser, CREATEDB,
+CREATEROLE, REPLICATION, BYPASSRLS, no membership in any role). It may connect (and create
+TEMP tables) only in replica databases; CONNECT on templates is revoked from PUBLIC. It
+owns no database, so it cannot ``CREATE EXTENSION`` (even trusted ones need CREATE on the
+database) or change database settings. Tables it should modify must be owned by it or
+granted to it (the bundled loader creates them owned by it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from birdrl.db.errors import PoolConfigError, PoolError, RestoreError, TemplateError
+from birdrl.db.iostats import IOStats
+from birdrl.db.postgres.sandbox import PGSandbox
+from birdrl.db.sandbox import SandboxLimits
+
+__all__ = ["PGCounters", "PGReplica", "PGTemplate", "PostgresBackend"]
+
+_STATE_VERSION = 1
+_ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SETTLE_TIMEOUT_S = 10.0
+_SEQUENCES = (
+    "SELECT COALESCE(pg_catalog.string_agg("
+    "  s.schemaname || '.' || s.sequencename || '=' || COALESCE(s.last_value::text, '-'),"
+    "  ',' ORDER BY s.schemaname, s.sequencename), '')"
+    " FROM pg_catalog.pg_sequences s"
+)
+
+
+_SIGNAL_FUNCTIONS = (
+    "pg_catalog.pg_cancel_backend(integer)",
+    "pg_catalog.pg_terminate_backend(integer, bigint)",
+)
+_FINGERPRINT = (
+    "SELECT table_schema, table_name, column_name, ordinal_position, data_type, column_default,"
+    " is_nullable FROM information_schema.columns"
+    " WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 4",
+    "SELECT schemaname, tablename, indexname, indexdef FROM pg_catalog.pg_indexes"
+    " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3",
+    "SELECT conrelid::regclass::text, conname, pg_catalog.pg_get_constraintdef(oid)"
+    " FROM pg_catalog.pg_constraint WHERE connamespace <> 'pg_catalog'::regnamespace ORDER BY 1, 2",
+    "SELECT schemaname, viewname, definition FROM pg_catalog.pg_views"
+    " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2",
+    "SELECT tgrelid::regclass::text, tgname, tgenabled FROM pg_catalog.pg_trigger"
+    " WHERE NOT tgisinternal ORDER BY 1, 2",
+    "SELECT n.nspname, p.proname, pg_catalog.md5(p.prosrc) FROM pg_catalog.pg_proc p"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
+    " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3",
+    "SELECT n.nspname, c.relname, c.relkind, c.relowner::regrole::text, c.relacl::text"
+    " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')"
+    " AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%' ORDER BY 1, 2",
+    "SELECT nspname, nspowner::regrole::text, nspacl::text FROM pg_catalog.pg_namespace ORDER BY 1",
+    "SELECT proname, proacl::text FROM pg_catalog.pg_proc WHERE proacl IS NOT NULL ORDER BY 1, 2",
+    _SEQUENCES,
+)
+
+
+@dataclass(frozen=True)
+class PGCounters:
+    """What must stay equal for a replica to count as unchanged since its restore."""
+
+    oid: int
+    xacts: int
+    inserted: int
+    updated: int
+    deleted: int
+    stats_reset: str | None
+
+    def same_rows(self, other: PGCounters) -> bool:
+        return (self.oid, self.inserted, self.updated, self.deleted, self.stats_reset) == (
+            other.oid,
+            other.inserted,
+            other.updated,
+            other.deleted,
+            other.stats_reset,
+        )
+
+
+def _ident(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
+
+
+class PostgresBackend:
+    """A PostgreSQL server as a replica backend.
+
+    `admin_dsn` is a libpq conninfo of a role that may create databases and roles (a
+    superuser is simplest; the pool never runs untrusted SQL as it). `sandbox_role` is
+    created if missing (or checked if present: it must have no privilege beyond LOGIN).
+    Replica databases are named ``{prefix}_w{worker}_{db}_r{k}``; they stay on the server
+    between runs (a restart recovers the clean ones) until `drop_replicas`.
+    """
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        admin_dsn: str,
+        *,
+        sandbox_role: str = "birdrl_sandbox",
+        sandbox_password: str | None = None,
+        prefix: str = "birdrl",
+    ) -> None:
+        if not _ROLE.match(sandbox_role):
+            raise PoolConfigError(
+                f"sandbox_role {sandbox_role!r}: use lower-case letters, digits, '_'"
+            )
+        if not _ROLE.match(prefix) or len(prefix) > 20:
+            raise PoolConfigError(
+                f"prefix {prefix!r}: use up to 20 lower-case letters, digits, '_'"
+            )
+        self.admin_dsn = admin_dsn
+        self.sandbox_role = sandbox_role
+        self.prefix = prefix
+        self._lock = threading.RLock()
+        try:
+            self._admin = psycopg.connect(
+                admin_dsn, autocommit=True, application_name="birdrl-pool", connect_timeout=30
+            )
+        except psycopg.Error as exc:
+            raise PoolConfigError(
+                f"cannot connect to PostgreSQL as admin ({admin_dsn}): {exc}"
+            ) from exc
+        params = conninfo_to_dict(admin_dsn)
+        base = {k: v for k, v in params.items() if k in ("host", "hostaddr", "port", "sslmode")}
+        base["user"] = sandbox_role
+        if sandbox_password is not None:
+            base["password"] = sandbox_password
+        self._sandbox_base = base
+        self._ensure_role(sandbox_password)
+
+    # -- admin connection -------------------------------------------------------------------
+
+    def query(
+        self, query: sql.Composable | str, params: Sequence[Any] = ()
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement on the admin connection (serialised)."""
+        text: Any = query.encode() if isinstance(query, str) else query
+        with self._lock:
+            try:
+                cur = self._admin.execute(text, params or None)
+                return cur.fetchall() if cur.description is not None else []
+            except psycopg.OperationalError:
+                if not self._admin.closed:
+                    raise
+                self._admin = psycopg.connect(self.admin_dsn, autocommit=True)
+                cur = self._admin.execute(text, params or None)
+                return cur.fetchall() if cur.description is not None else []
+
+    def _ensure_role(self, password: str | None) -> None:
+        role = self.sandbox_role
+        rows = self.query(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole, rolreplication, rolbypassrls, rolcanlogin"
+            " FROM pg_catalog.pg_roles WHERE rolname = %s",
+            (role,),
+        )
+        if not rows:
+            self.query(
+                sql.SQL(
+                    "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
+                    " NOBYPASSRLS NOINHERIT"
+                ).format(_ident(role))
+            )
+        elif any(rows[0][:5]) or not rows[0][5]:
+            raise PoolConfigError(
+                f"sandbox role {role!r} exists with privileges beyond LOGIN (superuser, createdb, "
+                "createrole, replication or bypassrls) or cannot log in; untrusted SQL must not run as it"
+            )
+        member_of = self.query(
+            "SELECT r.rolname FROM pg_catalog.pg_auth_members m"
+            " JOIN pg_catalog.pg_roles r ON r.oid = m.roleid"
+            " JOIN pg_catalog.pg_roles u ON u.oid = m.member WHERE u.rolname = %s",
+            (role,),
+        )
+        if member_of:
+            names = ", ".join(r[0] for r in member_of)
+            raise PoolConfigError(
+                f"sandbox role {role!r} is a member of {names}; it must be in no role"
+            )
+        if password is not None:
+            self.query(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(_ident(role), sql.Literal(password))
+            )
+        self.reset_role_settings()
+
+    def reset_role_settings(self) -> bool:
+        """Remove every per-role default of the sandbox role (``ALTER ROLE ... [IN DATABASE]
+        SET``): they are cluster-wide state a trajectory could leave behind. True if any."""
+        rows = self.query(
+            "SELECT d.datname FROM pg_catalog.pg_db_role_setting s"
+            " JOIN pg_catalog.pg_roles r ON r.oid = s.setrole"
+            " LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase WHERE r.rolname = %s",
+            (self.sandbox_role,),
+        )
+        for (datname,) in rows:
+            if datname is None:
+                self.query(sql.SQL("ALTER ROLE {} RESET ALL").format(_ident(self.sandbox_role)))
+            else:
+                self.query(
+                    sql.SQL("ALTER ROLE {} IN DATABASE {} RESET ALL").format(
+                        _ident(self.sandbox_role), _ident(datname)
+                    )
+                )
+        return bool(rows)
+
+    def sandbox_conninfo(self, dbname: str) -> str:
+        return make_conninfo("", **self._sandbox_base, dbname=dbname)
+
+    # -- ReplicaBackend ---------------------------------------------------------------------
+
+    def open_template(self, db_id: str, source: str | Path) -> PGTemplate:
+        return PGTemplate.open(self, db_id, str(source))
+
+    def new_replica(self, template: Any, root: Path, *, worker_id: int, index: int) -> PGReplica:
+        assert isinstance(template, PGTemplate)
+        return PGReplica(self, template, root, worker_id=worker_id, index=index)
+
+    def provision(self, replicas: Sequence[Any], stats: IOStats) -> None:
+        for replica in replicas:
+            assert isinstance(replica, PGReplica)
+            replica.state_path.parent.mkdir(parents=True, exist_ok=True)
+            replica.restore(stats, category="provision")
+
+    def close(self) -> None:
+        with self._lock:
+            self._admin.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def database_oid(self, dbname: str) -> int | None:
+        rows = self.query("SELECT oid FROM pg_catalog.pg_database WHERE datname = %s", (dbname,))
+        return int(rows[0][0]) if rows else None
+
+    def counters(self, oid: int) -> PGCounters | None:
+        rows = self.query(
+            "SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted,"
+            " stats_reset::text FROM pg_catalog.pg_stat_database WHERE datid = %s",
+            (oid,),
+        )
+        if not rows:
+            return None
+        x, i, u, d, reset = rows[0]
+        return PGCounters(oid, int(x), int(i), int(u), int(d), reset)
+
+    def settle(self, oid: int, timeout_s: float = _SETTLE_TIMEOUT_S) -> bool:
+        """Wait until no session is connected to database `oid` (their statistics are then
+        flushed). False if some are still there after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.0005
+        while True:
+            rows = self.query(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE datid = %s", (oid,)
+            )
+            if not rows[0][0]:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def connect_admin(self, dbname: str) -> psycopg.Connection[Any]:
+        """A new autocommit admin connection to database `dbname` (trusted work only)."""
+        params = {**conninfo_to_dict(self.admin_dsn), "dbname": dbname}
+        try:
+            return psycopg.connect(make_conninfo("", **params), autocommit=True, connect_timeout=30)
+        except psycopg.Error as exc:
+            raise PoolError(f"cannot connect to database {dbname!r} as admin: {exc}") from exc
+
+    def sequences(self, dbname: str) -> str:
+        """A text of every sequence's position in `dbname` (read as admin)."""
+        with self.connect_admin(dbname) as conn:
+            row = conn.execute(_SEQUENCES.encode()).fetchone()
+        return str(row[0]) if row else ""
+
+    def fingerprint(self, dbname: str) -> str:
+        """SHA-256 of the logical content of `dbname`: schema (tables, columns, constraints,
+        indexes, views, triggers, functions), sequence positions and every table's rows (as
+        sorted text). Slow; for tests and audits, not for dirty detection."""
+        digest = hashlib.sha256()
+        with self.connect_admin(dbname) as conn:
+            for query in _FINGERPRINT:
+                for row in conn.execute(query.encode()):
+                    digest.update(repr(tuple(row)).encode())
+            tables = conn.execute(
+                b"SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables"
+                b" WHERE table_type = 'BASE TABLE'"
+                b" AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+                b" AND table_schema NOT LIKE 'pg_temp%' AND table_schema NOT LIKE 'pg_toast%'"
+                b" ORDER BY 1"
+            ).fetchall()
+            for (table,) in tables:
+                row = conn.execute(
+                    f"SELECT count(*), md5(COALESCE(string_agg(t::text, chr(10) ORDER BY t::text), ''))"
+                    f" FROM {table} t".encode()
+                ).fetchone()
+                digest.update(f"{table}:{row}".encode())
+        return digest.hexdigest()
+
+    def harden(self, dbname: str) -> None:
+        """Revoke from PUBLIC, in a template, the functions that let one sandbox session
+        signal another (sessions of one role may cancel or terminate each other)."""
+        with self.connect_admin(dbname) as conn:
+            for fn in _SIGNAL_FUNCTIONS:
+                conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC".encode())
+
+    def drop_replicas(self) -> int:
+        """Drop every replica database of this prefix on the server; returns how many."""
+        rows = self.query(
+            "SELECT datname FROM pg_catalog.pg_database WHERE datname LIKE %s",
+            (f"{self.prefix}\\_w%",),
+        )
+        for (name,) in rows:
+            self.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_ident(name)))
+        return len(rows)
+
+
+@dataclass(frozen=True)
+class PGTemplate:
+    """A template database on the server. Untrusted sessions cannot connect to it."""
+
+    db_id: str
+    dbname: str
+    oid: int
+    counters: PGCounters
+    sequences: str
+    size: int
+    backend: PostgresBackend
+
+    @classmethod
+    def open(cls, backend: PostgresBackend, db_id: str, dbname: str) -> PGTemplate:
+        oid = backend.database_oid(dbname)
+        if oid is None:
+            raise TemplateError(
+                f"template database {dbname!r} for db_id {db_id!r} does not exist on the server"
+            )
+        backend.query(
+            sql.SQL("REVOKE CONNECT, TEMPORARY ON DATABASE {} FROM PUBLIC").format(_ident(dbname))
+        )
+        backend.query(
+            sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(
+                _ident(dbname), _ident(backend.sandbox_role)
+            )
+        )
+        backend.harden(dbname)
+        sequences = backend.sequences(dbname)
+        if not backend.settle(oid):
+            raise TemplateError(
+                f"template database {dbname!r} has open sessions; replicas cannot be copied from it"
+            )
+        counters = backend.counters(oid)
+        if counters is None:
+            raise TemplateError(f"no statistics for template database {dbname!r}")
+        size = backend.query("SELECT pg_catalog.pg_database_size(%s)", (oid,))[0][0]
+        return cls(db_id, dbname, oid, counters, sequences, int(size), backend)
+
+    def identity(self) -> dict[str, Any]:
+        return {"dbname": self.dbname, "oid": self.oid, "counters": asdict(self.counters)}
+
+    def check_unchanged(self) -> None:
+        """Raise `TemplateError` if rows of the template were written since it was opened."""
+        now = self.backend.counters(self.oid)
+        if now is None or not now.same_rows(self.counters):
+            raise TemplateError(
+                f"template database {self.dbname!r} for db_id {self.db_id!r} changed while the pool used it"
+            )
+
+
+class PGReplica:
+    """One replica database; its clean-state record lives in a small file under the pool
+    root, so a restarted pool can trust replicas whose counters did not move."""
+
+    def __init__(
+        self,
+        backend: PostgresBackend,
+        template: PGTemplate,
+        root: Path,
+        *,
+        worker_id: int,
+        index: int,
+    ) -> None:
+        self.backend = backend
+        self._template = template
+        self._worker_id = worker_id
+        self._index = index
+        self.dbname = replica_name(backend.prefix, worker_id, template.db_id, index)
+        self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.pg.json"
+        self.is_available = True
+        self.need_reset = True
+        self.restores = 0
+        self._clean: PGCounters | None = None
+
+    @property
+    def template(self) -> PGTemplate:
+        return self._template
+
+    @property
+    def worker_id(self) -> int:
+        return self._worker_id
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def db_id(self) -> str:
+        return self._template.db_id
+
+    @property
+    def locator(self) -> str:
+        """libpq conninfo of the replica as the sandbox role."""
+        return self.backend.sandbox_conninfo(self.dbname)
+
+    def __repr__(self) -> str:
+        return f"PGReplica({self.dbname!r}, available={self.is_available}, need_reset={self.need_reset})"
+
+    def exists(self) -> bool:
+        return self.backend.database_oid(self.dbname) is not None
+
+    def recover(self) -> bool:
+        self._clean = None
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            return False
+        if state.get("template") != self._template.identity():
+            return False
+        try:
+            recorded = PGCounters(**state["counters"])
+        except (KeyError, TypeError):
+            return False
+        self._clean = recorded
+        if self.changed():
+            self._clean = None
+            return False
+        return True
+
+    def changed(self) -> bool:
+        clean = self._clean
+        if clean is None:
+            return True
+        backend = self.backend
+        polluted = backend.reset_role_settings()
+        if polluted or not backend.settle(clean.oid):
+            return True
+        now = backend.counters(clean.oid)
+        if now is None or not now.same_rows(clean):
+            return True
+        if now.xacts == clean.xacts:
+            return False  # no transaction at all: nothing can have changed
+        if self._template.sequences and backend.sequences(self.dbname) != self._template.sequences:
+            return True
+        if not backend.settle(clean.oid):  # our own look at the sequences
+            return True
+        after = backend.counters(clean.oid)
+        if after is None or not after.same_rows(clean):
+            return True
+        self._clean = after  # read-only use: move the baseline past it
+        self._write_state(after)
+        return False
+
+    def restore(self, stats: IOStats, category: str = "restore") -> None:
+        """Drop the replica (ending its sessions) and create it again from the template."""
+        self._clean = None
+        self.state_path.unlink(missing_ok=True)
+        backend, name, tpl = self.backend, _ident(self.dbname), self._template
+        try:
+            with stats.measure(category) as op:
+                backend.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+                backend.query(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(name, _ident(tpl.dbname))
+                )
+                backend.query(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(name))
+                backend.query(
+                    sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+                        name, _ident(backend.sandbox_role)
+                    )
+                )
+                op.add(read=tpl.size, written=tpl.size)
+            oid = backend.database_oid(self.dbname)
+            counters = backend.counters(oid) if oid is not None else None
+        except psycopg.Error as exc:
+            raise RestoreError(f"cannot restore replica database {self.dbname!r}: {exc}") from exc
+        if counters is None:
+            raise RestoreError(f"replica database {self.dbname!r} vanished right after its restore")
+        self._write_state(counters)
+        self._clean = counters
+        self.restores += 1
+
+    def _write_state(self, counters: PGCounters) -> None:
+        record = {
+            "version": _STATE_VERSION,
+            "template": self._template.identity(),
+            "counters": asdict(counters),
+        }
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.state_path)
+
+    def open_sandbox(self, limits: SandboxLimits) -> PGSandbox:
+        try:
+            return PGSandbox(self.locator, limits, on_connect=self._check_session)
+        except _PollutedSession:  # defaults were reset: the next session starts clean
+            return PGSandbox(self.locator, limits, on_connect=self._check_session)
+
+    def _check_session(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a session that started with role defaults a trajectory left behind."""
+        row = conn.execute(
+            b"SELECT count(*) FROM pg_catalog.pg_db_role_setting s"
+            b" JOIN pg_catalog.pg_roles r ON r.oid = s.setrole WHERE r.rolname = current_user"
+        ).fetchone()
+        if row and row[0]:
+            self.backend.reset_role_settings()
+            raise _PollutedSession(
+                f"sandbox role defaults were changed (ALTER ROLE ... SET) before this session "
+                f"on {self.dbname!r}; they were reset, retry"
+            )
+
+
+class _PollutedSession(PoolError):
+    """A sandbox session started with role defaults left behind by a trajectory."""
+
+
+def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
+    """A database name within PostgreSQL's 63 bytes, unique per (worker, db_id, index)."""
+    clean = re.sub(r"[^a-z0-9_]", "_", db_id.lower())
+    head = f"{prefix}_w{worker_id:03d}_"
+    tail = f"_r{index:03d}"
+    room = 63 - len(head) - len(tail)
+    if len(clean) > room or clean != db_id:
+        digest = hashlib.sha1(db_id.encode()).hexdigest()[:8]
+        clean = clean[: room - 9] + "_" + digest
+    return head + clean + tail
