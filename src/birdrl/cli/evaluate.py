@@ -21,16 +21,25 @@ from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
+from birdrl.evaluation.dialects import DialectRun, open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Summary
 from birdrl.evaluation.suite import (
+    Predictions,
     evaluate_suite,
     load_predictions,
     write_predictions,
 )
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 
-__all__ = ["eval_command", "progress_bar", "render_skipped", "render_summary"]
+__all__ = [
+    "eval_command",
+    "progress_bar",
+    "render_dialects",
+    "render_dropped",
+    "render_skipped",
+    "render_summary",
+]
 
 TasksOption = Annotated[
     str,
@@ -88,58 +97,140 @@ def eval_command(
         bool,
         typer.Option(help="Do not reproduce the official evaluator's quirks (scores then differ)."),
     ] = False,
+    dialect: Annotated[
+        str,
+        typer.Option(
+            help="sqlite, or postgresql (SQLite task sets are transpiled; tasks that do not "
+            "transpile or validate are dropped and counted)."
+        ),
+    ] = "sqlite",
+    dialects: Annotated[
+        str | None,
+        typer.Option(help="Several dialects, comma-separated (e.g. sqlite,postgresql): one table."),
+    ] = None,
+    pg_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--pg-dsn",
+            envvar="BIRDRL_PG_DSN",
+            help="PostgreSQL admin conninfo/URI (default: start a throwaway local cluster).",
+        ),
+    ] = None,
 ) -> None:
     """Score predictions, or an agent acting in the environment, on a task set: success
-    rate overall and per category."""
+    rate overall and per category; in one dialect or several side by side."""
     console = results_console()
     with clean_errors():
         if (predictions is None) == (agent is None):
             raise BirdrlError(f"give exactly one of --predictions FILE or --agent ({AGENT_SPECS})")
         if mode not in ("agent", "single"):
             raise BirdrlError(f"--mode must be agent or single, got {mode!r}")
+        names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
         bench = open_benchmark(tasks, db_root, skip_invalid=skip_invalid)
         render_skipped(bench, console)
-        debug_tasks = bench.debugging_tasks()
         config = EvalConfig(official_quirks=not fix_quirks)
         if workers is not None:
             config = replace(config, workers=workers)
-        if agent is not None:
-            generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
-            runner = make_agent(agent, mode=mode, generation=generation)
-            rollout = RolloutConfig(
-                concurrency=concurrency,
-                env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
-            )
-            with progress_bar(len(debug_tasks), "episodes") as advance:
-                outcome = evaluate_agent(
-                    debug_tasks,
-                    bench.databases,
-                    runner,
-                    rollout,
-                    config,
-                    progress=advance,
-                    token_counter=token_counter_for(runner),
-                )
-            preds = outcome.predictions()
-            summary, report = outcome.summary, outcome.to_dict()
-            if trajectories is not None:
-                path = write_trajectories(trajectories, outcome.trajectories)
-                console.print(f"trajectories written to [bold]{path}[/]", highlight=False)
-        else:
-            assert predictions is not None
-            preds = load_predictions(predictions)
-            with progress_bar(len(debug_tasks), "evaluating") as advance:
-                result = evaluate_suite(
-                    debug_tasks, bench.databases, preds, config, progress=advance
-                )
-            summary, report = result.summary, result.to_dict()
-        if export_predictions is not None:
-            written = write_predictions(export_predictions, preds)
-            console.print(f"predictions written to [bold]{written}[/]", highlight=False)
-        render_summary(summary, f"{tasks} ({agent or predictions})", console)
+        rows: list[tuple[DialectRun, Summary]] = []
+        reports: dict[str, Any] = {}
+        for name in names:
+            with open_dialect(bench, name, config, pg_dsn=pg_dsn) as run:
+                render_dropped(run, console)
+                summary, report, preds = _score_run(
+                    run, predictions, agent, mode, concurrency, max_tool_calls,
+                    max_new_tokens, temperature, trajectories, console,
+                )  # fmt: skip
+            rows.append((run, summary))
+            reports[name] = report
+            title = f"{tasks} ({agent or predictions})"
+            render_summary(summary, title if len(names) == 1 else f"{title}, {name}", console)
+            if export_predictions is not None:
+                target = export_predictions
+                if len(names) > 1:
+                    target = target.with_name(f"{target.stem}.{name}{target.suffix}")
+                written = write_predictions(target, preds)
+                console.print(f"predictions written to [bold]{written}[/]", highlight=False)
+        if len(names) > 1:
+            render_dialects(rows, f"{tasks} ({agent or predictions})", console)
         if json_path is not None:
-            json_path.write_text(json.dumps(report, indent=2) + "\n")
+            out = reports[names[0]] if len(names) == 1 else reports
+            json_path.write_text(json.dumps(out, indent=2) + "\n")
             console.print(f"report written to [bold]{json_path}[/]", highlight=False)
+
+
+def _score_run(
+    run: DialectRun,
+    predictions: Path | None,
+    agent: str | None,
+    mode: str,
+    concurrency: int,
+    max_tool_calls: int,
+    max_new_tokens: int,
+    temperature: float,
+    trajectories: Path | None,
+    console: Console,
+) -> tuple[Summary, dict[str, Any], Predictions]:
+    """Score one dialect's tasks with an agent in the environment or with predictions."""
+    if agent is not None:
+        generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
+        runner = make_agent(agent, mode=mode, generation=generation)
+        rollout = RolloutConfig(
+            concurrency=concurrency,
+            env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
+        )
+        with progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance:
+            outcome = evaluate_agent(
+                run.tasks,
+                run.databases,
+                runner,
+                rollout,
+                run.config,
+                progress=advance,
+                token_counter=token_counter_for(runner),
+            )
+        if trajectories is not None:
+            path = write_trajectories(trajectories, outcome.trajectories)
+            console.print(f"trajectories written to [bold]{path}[/]", highlight=False)
+        return outcome.summary, outcome.to_dict(), outcome.predictions()
+    assert predictions is not None
+    preds = load_predictions(predictions)
+    with progress_bar(len(run.tasks), f"{run.dialect} evaluating") as advance:
+        result = evaluate_suite(run.tasks, run.databases, preds, run.config, progress=advance)
+    return result.summary, result.to_dict(), preds
+
+
+def render_dropped(run: DialectRun, console: Console) -> None:
+    """Tasks a dialect could not carry over, counted, with the first reasons."""
+    if not run.dropped:
+        return
+    console.print(
+        f"[yellow]{run.dialect}:[/] {len(run.dropped)} of {run.source_tasks} tasks dropped "
+        "(they do not transpile, or do not validate on this dialect)",
+        highlight=False,
+    )
+    for instance_id, reason in list(run.dropped.items())[:5]:
+        console.print(f"  {instance_id}: {reason[:200]}", highlight=False, soft_wrap=True)
+
+
+def render_dialects(rows: list[tuple[DialectRun, Summary]], title: str, console: Console) -> None:
+    """The multi-dialect table: SR overall and per category, one row per dialect."""
+    categories = sorted({c for _, s in rows for c in s.by_category})
+    table = Table(title=f"success rate by dialect: {title}")
+    for column in ("dialect", "tasks", "dropped", *categories, "overall SR %"):
+        table.add_column(column, justify="left" if column == "dialect" else "right")
+    for run, summary in rows:
+        cells = [
+            f"{summary.by_category[c].rate:.1f}" if c in summary.by_category else "-"
+            for c in categories
+        ]
+        table.add_row(
+            run.dialect,
+            str(summary.overall.total),
+            str(len(run.dropped)),
+            *cells,
+            f"[bold]{summary.overall.rate:.1f}[/]",
+        )
+    console.print(table)
 
 
 @contextmanager

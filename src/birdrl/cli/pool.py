@@ -24,6 +24,8 @@ from rich.table import Table
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.db.bench.run import (
     BASELINE,
+    PG_BASELINE,
+    PG_STRATEGIES,
     BenchConfig,
     BenchProgress,
     BenchResult,
@@ -133,9 +135,30 @@ def pool_bench(
     json_path: Annotated[
         Path, typer.Option("--json", help="Where to write the full results as JSON.")
     ] = Path("pool_bench.json"),
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="sqlite (the four SQLite strategies), or postgresql: the PostgreSQL strategies "
+            "(pg-copy-per-rollout, pg-recopy, pg-lazy) beside SQLite's copy-per-rollout and "
+            "pool-lazy-page, on the same workload."
+        ),
+    ] = "sqlite",
+    pg_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--pg-dsn",
+            envvar="BIRDRL_PG_DSN",
+            help=_help("pg_dsn", "None"),
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Measure the I/O of giving every trajectory its own database: copy per rollout vs
     the replica pool's strategies, on one seeded workload over synthetic databases."""
+    if backend not in ("sqlite", "postgresql"):
+        raise typer.BadParameter(f"--backend must be sqlite or postgresql, got {backend!r}")
+    if backend == "postgresql" and strategies is None:
+        strategies = ",".join((BASELINE, "pool-lazy-page", *PG_STRATEGIES))
     overrides: dict[str, Any] = {
         "trajectories": trajectories,
         "db_sizes_mb": None if db_sizes is None else _floats(db_sizes, "--db-sizes"),
@@ -149,6 +172,7 @@ def pool_bench(
         "strategies": None if strategies is None else _names(strategies),
         "settle": settle,
         "sync": sync,
+        "pg_dsn": pg_dsn,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     console = results_console()
@@ -268,8 +292,9 @@ def render_bench(result: BenchResult, console: Console) -> None:
         title="pool bench: bytes to give each trajectory a private database",
         caption=(
             "MB: provisioning + restores during the replay, plus restoring the replicas left dirty after it "
-            "(settle); pool pre-allocation is in setup. × (a): copy-per-rollout's bytes written / this "
-            "strategy's. Restores: copies or restores during the replay + at settle. Acquire ms: p50 / p99, all and clean "
+            "(settle); pool pre-allocation is in setup. × (a): the bytes written by copy-per-rollout of the "
+            "same engine (pg-copy-per-rollout for pg-*) / this strategy's; pg-* bytes are logical (the "
+            "server does the I/O). Restores: copies or restores during the replay + at settle. Acquire ms: p50 / p99, all and clean "
             "(first attempt, no restore). Kernel bytes count whole pages/folios dirtied, each once until "
             "write-back."
         ),
@@ -316,7 +341,7 @@ def render_bench(result: BenchResult, console: Console) -> None:
             console.print(
                 f"[bold red]warning:[/] {s.name} finished {s.trajectories} of {wl['trajectories']} trajectories"
             )
-    pools = [s for s in result.strategies if s.name != BASELINE]
+    pools = [s for s in result.strategies if s.name not in (BASELINE, PG_BASELINE)]
     if pools:
         console.print(
             f"setup (pool pre-allocation, not counted above): {_mb(pools[0].setup.bytes_written)} MB written per pool "

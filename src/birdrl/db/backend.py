@@ -14,13 +14,16 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from birdrl.db.errors import PoolConfigError
 from birdrl.db.iostats import IOStats
 from birdrl.db.replica import Replica, Template
 from birdrl.db.restore import CopyRestore, RestoreStrategy, get_strategy
 from birdrl.db.sandbox import ExecResult, SandboxLimits
+
+if TYPE_CHECKING:
+    from birdrl.db.postgres.server import PostgresServer
 
 __all__ = [
     "DIALECTS",
@@ -29,6 +32,7 @@ __all__ = [
     "ReplicaBackend",
     "SQLiteBackend",
     "SandboxLike",
+    "pool_backend",
 ]
 
 DIALECTS = ("sqlite", "postgresql")
@@ -154,3 +158,13 @@ class SQLiteBackend:
 
     def close(self) -> None:
         """Nothing to release: files stay for the next start-up to recover."""
+
+
+def pool_backend(
+    server: PostgresServer | None, *, restore: str = "page", ephemeral: bool = False
+) -> ReplicaBackend:
+    """The backend of a new pool: SQLite files (`server` None) or `server`'s PostgreSQL
+    (`ephemeral`: its replica databases are dropped when the pool closes)."""
+    if server is None:
+        return SQLiteBackend(restore)
+    return server.backend(ephemeral=ephemeral)

@@ -241,6 +241,9 @@ class RemotePool:
     """The subset of `ReplicaPool` that `SQLActEnv` and `ToolEnvSession` use, over a client.
     `acquire` keeps the pool's semantics (same traj_id and db_id -> the same lease)."""
 
+    dialect = "sqlite"
+    """The service serves SQLite pools."""
+
     def __init__(self, client: PoolClient) -> None:
         self.client = client
         self._templates: dict[str, RemoteTemplate] | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import quote
 
 from birdrl.db.statements import join_statements
@@ -78,11 +79,23 @@ def _schema_text(path: str, mtime_ns: int, sample_rows: int) -> str:
         conn.close()
 
 
-def render_schema(db_path: str | Path, sample_rows: int = 3, budget_chars: int = 8000) -> str:
+class DescribesSchema(Protocol):
+    """A template that renders its own schema (e.g. a PostgreSQL template database)."""
+
+    def describe(self, sample_rows: int = 3) -> str: ...
+
+
+def render_schema(
+    db_path: str | Path | DescribesSchema, sample_rows: int = 3, budget_chars: int = 8000
+) -> str:
     """CREATE statements of tables, views, indexes and triggers, with a few sample rows per
-    table, cut to `budget_chars` (read from the template, read-only, cached)."""
-    p = Path(db_path).resolve()
-    text = _schema_text(str(p), p.stat().st_mtime_ns, sample_rows)
+    table, cut to `budget_chars` (read from the template, read-only, cached). `db_path` is
+    an SQLite file, or a template object that describes itself."""
+    if isinstance(db_path, (str, Path)):
+        p = Path(db_path).resolve()
+        text = _schema_text(str(p), p.stat().st_mtime_ns, sample_rows)
+    else:
+        text = db_path.describe(sample_rows)
     if len(text) > budget_chars:
         text = text[:budget_chars].rsplit("\n", 1)[0] + "\n/* ... schema truncated ... */"
     return text
@@ -104,23 +117,27 @@ def _user_prompt(task: Task, schema: str, single: bool) -> str:
 
 def build_messages(
     task: Task,
-    db_path: str | Path,
+    db_path: str | Path | DescribesSchema,
     *,
     single_turn: bool = False,
     sample_rows: int = 3,
     budget_chars: int = 8000,
+    dialect: str = "sqlite",
 ) -> list[Message]:
-    """The opening conversation of an episode."""
+    """The opening conversation of an episode (the system prompt names the `dialect`)."""
     schema = render_schema(db_path, sample_rows, budget_chars)
+    system = SYSTEM_SINGLE if single_turn else SYSTEM_AGENT
+    if dialect == "postgresql":
+        system = system.replace("SQLite", "PostgreSQL")
     return [
-        {"role": "system", "content": SYSTEM_SINGLE if single_turn else SYSTEM_AGENT},
+        {"role": "system", "content": system},
         {"role": "user", "content": _user_prompt(task, schema, single_turn)},
     ]
 
 
 def build_text2sql_messages(
     task: TextToSQLTask,
-    db_path: str | Path,
+    db_path: str | Path | DescribesSchema,
     *,
     sample_rows: int = 3,
     budget_chars: int = 8000,

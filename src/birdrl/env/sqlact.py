@@ -113,9 +113,8 @@ class SQLActEnv:
         `AcquireTimeout`."""
         self.close()
         traj = traj_id or f"traj-{uuid.uuid4().hex[:12]}"
-        template = (
-            self.pool.templates[task.db_id].path if task.db_id in self.pool.templates else None
-        )
+        tpl = self.pool.templates.get(task.db_id)
+        template = tpl if tpl is None or hasattr(tpl, "describe") else tpl.path
         if template is None:
             raise EnvError(f"task {task.instance_id!r}: db_id {task.db_id!r} is not in the pool")
         single = self.config.mode == "single"
@@ -125,6 +124,7 @@ class SQLActEnv:
             single_turn=single,
             sample_rows=self.config.sample_rows,
             budget_chars=self.config.schema_budget_chars,
+            dialect=self.pool.dialect,
         )
         lease = None
         if not single:

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.db.backend import pool_backend
 from birdrl.db.errors import PoolError
 from birdrl.db.pool import PoolConfig, ReplicaPool
+from birdrl.db.postgres.server import PostgresServer
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.runner import ExJob, ExResult, PhaseJob, PhaseResult, run_job
 from birdrl.evaluation.workers import JobTimeout, Worker, WorkerError
@@ -67,6 +69,10 @@ class EvalConfig:
     pool_root: Path | None = None
     """Where replicas live; None: a temporary directory removed on close."""
     restore: str = "page"
+    """SQLite restore strategy (see `PoolConfig.restore`)."""
+    server: PostgresServer | None = None
+    """Score on this PostgreSQL server (databases are then template database names);
+    None: SQLite files."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,9 @@ class Evaluator:
                     restore=self.config.restore,
                     acquire_timeout_s=self.config.job_timeout_s * 2 + 60,
                 ),
+                backend=pool_backend(
+                    self.config.server, restore=self.config.restore, ephemeral=self._tmp is not None
+                ),
             )
         except BaseException:
             self._remove_tmp()
@@ -198,9 +207,10 @@ class Evaluator:
     def evaluate_in_place(
         self, task: Task, pred_sqls: Sequence[str] | str, db_path: str | Path
     ) -> TestReport:
-        """Score a submission on an existing database file (a trajectory's own replica, whose
-        state the episode already set up: `preprocess_sql` is not run again). Phase 1 still
-        runs on a fresh state. The file must have no open connection holding a write lock."""
+        """Score a submission on an existing replica (a trajectory's own, whose state the
+        episode already set up: `preprocess_sql` is not run again): `db_path` is its
+        `Lease.locator`, of this evaluator's dialect. Phase 1 still runs on a fresh state.
+        The replica must have no open connection holding a write lock."""
         if not task.has_reference:
             raise TaskNotScorableError(
                 f"task {task.instance_id!r} has no sol_sql: cannot be scored"
@@ -245,7 +255,9 @@ class Evaluator:
         """EX of a text-to-SQL prediction: result multisets of prediction and gold equal."""
 
         def job(path: str) -> ExJob:
-            return ExJob(path, pred_sql, task.sql, self.config.statement_timeout_s)
+            return ExJob(
+                path, pred_sql, task.sql, self.config.statement_timeout_s, dialect=self.pool.dialect
+            )
 
         try:
             out = self._run(task.db_id, job)
@@ -295,6 +307,7 @@ class Evaluator:
             conditions=dict(task.conditions),
             statement_timeout_s=self.config.statement_timeout_s,
             official_quirks=self.config.official_quirks,
+            dialect=self.pool.dialect,
         )
 
     def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from birdrl.db.backend import pool_backend
 from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 
@@ -30,7 +31,9 @@ def scoring_session(
     """``with scoring_session(dbs, replicas_per_db=8) as (pool, evaluator): ...``
 
     The pool lives in a temporary directory, or in `pool_root` when several processes
-    share one pool: there it has `workers` partitions and this process owns `worker_id`."""
+    share one pool: there it has `workers` partitions and this process owns `worker_id`.
+    With ``eval_config.server`` both score on that PostgreSQL server (`databases` then maps
+    db_id to template database names)."""
     with contextlib.ExitStack() as stack:
         root = pool_root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
         config = PoolConfig(
@@ -39,6 +42,8 @@ def scoring_session(
             workers=workers,
             worker_ids=None if worker_id is None else (worker_id,),
         )
-        pool = stack.enter_context(ReplicaPool(databases, config))
+        server = eval_config.server if eval_config is not None else None
+        backend = pool_backend(server, ephemeral=pool_root is None)
+        pool = stack.enter_context(ReplicaPool(databases, config, backend=backend))
         evaluator = stack.enter_context(Evaluator(databases, eval_config))
         yield pool, evaluator

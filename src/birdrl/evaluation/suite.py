@@ -114,7 +114,7 @@ class ValidationResult:
 
 def validate_tasks(
     tasks: Sequence[Task],
-    databases: Mapping[str, Path],
+    databases: Mapping[str, Any],
     config: EvalConfig | None = None,
     progress: Callable[[TestReport], None] | None = None,
 ) -> list[ValidationResult]:

@@ -53,6 +53,7 @@ counter before and after would count other threads' restores.)
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import platform
@@ -64,7 +65,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from birdrl.db.bench.replay import CopyRunner, PoolRunner, Replay, run_replay
 from birdrl.db.bench.result import (
@@ -83,8 +84,14 @@ from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.db.restore import CopyRestore
 from birdrl.errors import BirdrlError
 
+if TYPE_CHECKING:  # psycopg is an optional extra: imported only when pg-* strategies run
+    from birdrl.db.bench.postgres import PGBench, PGCopyRunner
+
 __all__ = [
     "BASELINE",
+    "PG_BASELINE",
+    "PG_STRATEGIES",
+    "SQLITE_STRATEGIES",
     "STRATEGIES",
     "BenchConfig",
     "BenchConfigError",
@@ -100,17 +107,25 @@ __all__ = [
 ]
 
 BASELINE = "copy-per-rollout"
-STRATEGIES: tuple[str, ...] = (BASELINE, "pool-recopy", "pool-lazy-copy", "pool-lazy-page")
+PG_BASELINE = "pg-copy-per-rollout"
+SQLITE_STRATEGIES: tuple[str, ...] = (BASELINE, "pool-recopy", "pool-lazy-copy", "pool-lazy-page")
+PG_STRATEGIES: tuple[str, ...] = (PG_BASELINE, "pg-recopy", "pg-lazy")
+STRATEGIES: tuple[str, ...] = SQLITE_STRATEGIES + PG_STRATEGIES
 _POOL_MODES: dict[str, tuple[Literal["dirty", "always"], str]] = {
     "pool-recopy": ("always", "copy"),
     "pool-lazy-copy": ("dirty", "copy"),
     "pool-lazy-page": ("dirty", "page"),
+    "pg-recopy": ("always", "copy"),
+    "pg-lazy": ("dirty", "copy"),
 }
 DESCRIPTIONS = {
     BASELINE: "fresh copy of the template per trajectory, deleted after (container per rollout)",
     "pool-recopy": "ReplicaPool, reset=always, restore=copy (reference: re-copy every used replica)",
     "pool-lazy-copy": "ReplicaPool, reset=dirty, restore=copy (re-copy only changed replicas)",
     "pool-lazy-page": "ReplicaPool, reset=dirty, restore=page (rewrite only changed pages)",
+    PG_BASELINE: "PostgreSQL: CREATE DATABASE ... TEMPLATE per trajectory, dropped after",
+    "pg-recopy": "PostgreSQL ReplicaPool, reset=always (re-create every used replica database)",
+    "pg-lazy": "PostgreSQL ReplicaPool, reset=dirty (re-create only replicas the counters say changed)",
 }
 _MB = 1_000_000
 _DISK_MARGIN = 256 * _MB
@@ -148,8 +163,12 @@ class BenchConfig:
     workdir: Path | None = None
     """Directory for templates and replicas (a temporary one inside it, removed after);
     None: the system temporary directory."""
-    strategies: tuple[str, ...] = STRATEGIES
-    """Strategies to run, among: copy-per-rollout, pool-recopy, pool-lazy-copy, pool-lazy-page."""
+    strategies: tuple[str, ...] = SQLITE_STRATEGIES
+    """Strategies to run, among: copy-per-rollout, pool-recopy, pool-lazy-copy, pool-lazy-page,
+    and on PostgreSQL (needs `pg_dsn`): pg-copy-per-rollout, pg-recopy, pg-lazy."""
+    pg_dsn: str | None = None
+    """PostgreSQL admin conninfo for the pg-* strategies (the synthetic templates are loaded
+    into it); None with pg-* strategies: a throwaway local cluster is started."""
     settle: bool = True
     """After each pool replay, restore the replicas it left dirty and count it (settle), so
     deferred restores are not hidden."""
@@ -272,18 +291,32 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
         )
         paths = {db_id: info.path for db_id, info in templates.items()}
         results = []
-        for name in config.strategies:
-            root = work / name
-            try:
-                if name == BASELINE:
-                    result = _run_baseline(config, paths, workload, root, report)
-                else:
-                    result = _run_pool(config, name, paths, workload, root, report)
-            except OSError as exc:
-                raise BenchError(f"strategy {name} failed under {root}: {exc}") from exc
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-            results.append(result)
+        with contextlib.ExitStack() as stack:
+            pg = (
+                stack.enter_context(_postgres(config, paths, report))
+                if set(config.strategies) & set(PG_STRATEGIES)
+                else None
+            )
+            for name in config.strategies:
+                root = work / name
+                try:
+                    if name == BASELINE:
+                        result = _run_baseline(config, paths, workload, root, report)
+                    elif name == PG_BASELINE:
+                        assert pg is not None
+                        result = _run_baseline(
+                            config, paths, workload, root, report, pg=pg, name=PG_BASELINE
+                        )
+                    elif name in PG_STRATEGIES:
+                        assert pg is not None
+                        result = _run_pool(config, name, pg.templates, workload, root, report, pg)
+                    else:
+                        result = _run_pool(config, name, paths, workload, root, report)
+                except (OSError, BirdrlError) as exc:
+                    raise BenchError(f"strategy {name} failed under {root}: {exc}") from exc
+                finally:
+                    shutil.rmtree(root, ignore_errors=True)
+                results.append(result)
         environment = {
             **_environment(work, paths),
             "loadavg_start": load_start,
@@ -311,6 +344,15 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
     )
 
 
+def _postgres(
+    config: BenchConfig, paths: Mapping[str, Path], report: ProgressCallback
+) -> contextlib.AbstractContextManager[PGBench]:
+    from birdrl.db.bench.postgres import postgres_bench
+
+    report(BenchProgress("templates", "postgresql", 0, 1))
+    return postgres_bench(config.pg_dsn, paths)
+
+
 def _make_templates(
     config: BenchConfig, directory: Path, report: ProgressCallback
 ) -> tuple[dict[str, TemplateInfo], float]:
@@ -327,23 +369,30 @@ def _make_templates(
 
 
 def _with_ratios(results: list[StrategyResult]) -> tuple[StrategyResult, ...]:
-    base = next((r for r in results if r.name == BASELINE), None)
-    if base is None:
-        return tuple(results)
+    """Ratios against the baseline of the same engine (SQLite copies, PostgreSQL databases)."""
+    bases = {r.name: r for r in results if r.name in (BASELINE, PG_BASELINE)}
 
     def ratio(a: int, b: int) -> float | None:
         return a / b if b > 0 else None
 
-    return tuple(
-        replace(
-            r,
-            ratio_logical=ratio(base.total.bytes_written, r.total.bytes_written),
-            ratio_kernel=ratio(base.total.kernel_write_bytes, r.total.kernel_write_bytes),
-            ratio_logical_online=ratio(base.online.bytes_written, r.online.bytes_written),
-            ratio_kernel_online=ratio(base.online.kernel_write_bytes, r.online.kernel_write_bytes),
+    out = []
+    for r in results:
+        base = bases.get(PG_BASELINE if r.name in PG_STRATEGIES else BASELINE)
+        if base is None:
+            out.append(r)
+            continue
+        out.append(
+            replace(
+                r,
+                ratio_logical=ratio(base.total.bytes_written, r.total.bytes_written),
+                ratio_kernel=ratio(base.total.kernel_write_bytes, r.total.kernel_write_bytes),
+                ratio_logical_online=ratio(base.online.bytes_written, r.online.bytes_written),
+                ratio_kernel_online=ratio(
+                    base.online.kernel_write_bytes, r.online.kernel_write_bytes
+                ),
+            )
         )
-        for r in results
-    )
+    return tuple(out)
 
 
 def _result(
@@ -394,27 +443,32 @@ def _run_baseline(
     workload: Sequence[Trajectory],
     root: Path,
     report: ProgressCallback,
+    *,
+    pg: PGBench | None = None,
+    name: str = BASELINE,
 ) -> StrategyResult:
     if config.sync:
         os.sync()
-    report(BenchProgress("setup", BASELINE, 0, 1))
+    report(BenchProgress("setup", name, 0, 1))
     t0 = time.perf_counter()
     root.mkdir(parents=True)
     setup_s = time.perf_counter() - t0
-    report(BenchProgress("setup", BASELINE, 1, 1))
+    report(BenchProgress("setup", name, 1, 1))
     stats = IOStats()
-    runner = CopyRunner(templates, root, stats)
+    runner: CopyRunner | PGCopyRunner = (
+        CopyRunner(templates, root, stats) if pg is None else pg.copy_runner(stats)
+    )
     replay = run_replay(
         runner,
         workload,
         threads=config.threads,
         concurrency=config.concurrency,
-        strategy=BASELINE,
+        strategy=name,
         report=report,
     )
     online = IOFigures.of(stats.counter("provision"))
     return _result(
-        BASELINE,
+        name,
         workload,
         replay,
         setup_s=setup_s,
@@ -431,10 +485,11 @@ def _run_baseline(
 def _run_pool(
     config: BenchConfig,
     name: str,
-    templates: Mapping[str, Path],
+    templates: Mapping[str, Any],
     workload: Sequence[Trajectory],
     root: Path,
     report: ProgressCallback,
+    pg: PGBench | None = None,
 ) -> StrategyResult:
     reset, restore = _POOL_MODES[name]
     if config.sync:
@@ -453,11 +508,15 @@ def _run_pool(
             lease_ttl_s=None,
         ),
         stats=stats,
+        backend=None if pg is None else pg.server.backend(ephemeral=True),
     )
     with pool:
         setup_s = time.perf_counter() - t0
         setup = IOFigures.of(stats.counter("provision"))
-        disk_bytes = sum(Path(r.locator).stat().st_blocks * 512 for r in pool.replicas())
+        if pg is None:
+            disk_bytes = sum(Path(r.locator).stat().st_blocks * 512 for r in pool.replicas())
+        else:
+            disk_bytes = pg.disk_bytes(pool)
         report(BenchProgress("setup", name, 1, 1))
         if config.sync:
             os.sync()

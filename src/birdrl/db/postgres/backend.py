@@ -22,6 +22,7 @@ granted to it (the bundled loader creates them owned by it).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -128,6 +129,7 @@ class PostgresBackend:
         sandbox_role: str = "birdrl_sandbox",
         sandbox_password: str | None = None,
         prefix: str = "birdrl",
+        ephemeral: bool = False,
     ) -> None:
         if not _ROLE.match(sandbox_role):
             raise PoolConfigError(
@@ -140,6 +142,8 @@ class PostgresBackend:
         self.admin_dsn = admin_dsn
         self.sandbox_role = sandbox_role
         self.prefix = prefix
+        self.ephemeral = ephemeral
+        self._created: list[str] = []
         self._lock = threading.RLock()
         try:
             self._admin = psycopg.connect(
@@ -241,7 +245,9 @@ class PostgresBackend:
 
     def new_replica(self, template: Any, root: Path, *, worker_id: int, index: int) -> PGReplica:
         assert isinstance(template, PGTemplate)
-        return PGReplica(self, template, root, worker_id=worker_id, index=index)
+        replica = PGReplica(self, template, root, worker_id=worker_id, index=index)
+        self._created.append(replica.dbname)
+        return replica
 
     def provision(self, replicas: Sequence[Any], stats: IOStats) -> None:
         for replica in replicas:
@@ -250,8 +256,16 @@ class PostgresBackend:
             replica.restore(stats, category="provision")
 
     def close(self) -> None:
+        """Close the admin connection (dropping this pool's replicas first if ephemeral)."""
         with self._lock:
-            self._admin.close()
+            try:
+                if self.ephemeral:
+                    for name in self._created:
+                        self.query(
+                            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_ident(name))
+                        )
+            finally:
+                self._admin.close()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -332,10 +346,10 @@ class PostgresBackend:
                 conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC".encode())
 
     def drop_replicas(self) -> int:
-        """Drop every replica database of this prefix on the server; returns how many."""
+        """Drop every replica database of this prefix (any pool) on the server; returns how many."""
         rows = self.query(
-            "SELECT datname FROM pg_catalog.pg_database WHERE datname LIKE %s",
-            (f"{self.prefix}\\_w%",),
+            "SELECT datname FROM pg_catalog.pg_database WHERE datname ~ %s",
+            (f"^{self.prefix}_[0-9a-f]{{6}}_w[0-9]{{3}}_",),
         )
         for (name,) in rows:
             self.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(_ident(name)))
@@ -384,6 +398,11 @@ class PGTemplate:
     def identity(self) -> dict[str, Any]:
         return {"dbname": self.dbname, "oid": self.oid, "counters": asdict(self.counters)}
 
+    def describe(self, sample_rows: int = 3) -> str:
+        """CREATE TABLE / VIEW text of the template's public schema with a few sample rows
+        per table (for prompts; read once as admin and cached)."""
+        return _describe(self.backend.admin_dsn, self.dbname, self.oid, sample_rows)
+
     def check_unchanged(self) -> None:
         """Raise `TemplateError` if rows of the template were written since it was opened."""
         now = self.backend.counters(self.oid)
@@ -410,7 +429,8 @@ class PGReplica:
         self._template = template
         self._worker_id = worker_id
         self._index = index
-        self.dbname = replica_name(backend.prefix, worker_id, template.db_id, index)
+        pool = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
+        self.dbname = replica_name(f"{backend.prefix}_{pool}", worker_id, template.db_id, index)
         self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.pg.json"
         self.is_available = True
         self.need_reset = True
@@ -545,6 +565,59 @@ class PGReplica:
                 f"sandbox role defaults were changed (ALTER ROLE ... SET) before this session "
                 f"on {self.dbname!r}; they were reset, retry"
             )
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(admin_dsn: str, dbname: str, oid: int, sample_rows: int) -> str:
+    params = {**conninfo_to_dict(admin_dsn), "dbname": dbname}
+    parts: list[str] = []
+    with psycopg.connect(make_conninfo("", **params), autocommit=True, connect_timeout=30) as conn:
+        tables = conn.execute(
+            b"SELECT c.oid, c.relname, c.relkind FROM pg_catalog.pg_class c"
+            b" WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'p')"
+            b" ORDER BY c.relkind, c.relname"
+        ).fetchall()
+        for rel, name, kind in tables:
+            if kind == "v":
+                (definition,) = conn.execute(
+                    b"SELECT pg_catalog.pg_get_viewdef(%s::oid, true)", (rel,)
+                ).fetchone() or ("",)
+                parts.append(f"CREATE VIEW {name} AS\n{str(definition).strip()}")
+                continue
+            cols = conn.execute(
+                b"SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,"
+                b" pg_catalog.pg_get_expr(d.adbin, d.adrelid)"
+                b" FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d"
+                b" ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+                b" WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                (rel,),
+            ).fetchall()
+            lines = [
+                f"  {c} {t}{' NOT NULL' if nn else ''}{f' DEFAULT {d}' if d else ''}"
+                for c, t, nn, d in cols
+            ]
+            cons = conn.execute(
+                b"SELECT pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint"
+                b" WHERE conrelid = %s AND contype IN ('p', 'u', 'f', 'c') ORDER BY contype, conname",
+                (rel,),
+            ).fetchall()
+            lines += [f"  {c}" for (c,) in cons]
+            parts.append(f"CREATE TABLE {name} (\n" + ",\n".join(lines) + "\n);")
+            if sample_rows > 0:
+                cur = conn.execute(
+                    sql.SQL("SELECT * FROM {} LIMIT {}").format(
+                        _ident(name), sql.Literal(sample_rows)
+                    )
+                )
+                names = [d.name for d in cur.description or ()]
+                rows = cur.fetchall()
+                if rows:
+                    sample = "\n".join(
+                        "  " + ", ".join(f"{c}={v!r}"[:80] for c, v in zip(names, row, strict=True))
+                        for row in rows
+                    )
+                    parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
+    return "\n".join(parts)
 
 
 class _PollutedSession(PoolError):

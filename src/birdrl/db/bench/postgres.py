@@ -1,0 +1,129 @@
+"""The PostgreSQL side of `birdrl pool bench`: the same synthetic templates loaded into a
+server, a copy-per-rollout baseline (``CREATE DATABASE ... TEMPLATE`` per trajectory,
+dropped after) and the replica pool on the PostgreSQL backend.
+
+Bytes are logical: a database created from a template counts the template's size
+(``pg_database_size``) as read and written; the server does the I/O, so the kernel
+counters of our threads stay near zero for these strategies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+from birdrl.db.bench.workload import Trajectory
+from birdrl.db.iostats import IOStats
+from birdrl.db.pool import ReplicaPool
+from birdrl.db.postgres.backend import PostgresBackend
+from birdrl.db.postgres.sandbox import PGSandbox
+from birdrl.db.postgres.server import PostgresServer
+from birdrl.db.postgres.templates import sqlite_templates_on_server
+from birdrl.db.sandbox import ExecResult
+
+__all__ = ["PGBench", "PGCopyRunner", "postgres_bench"]
+
+
+class PGCopyRunner:
+    """Copy-per-rollout on PostgreSQL: a fresh database per trajectory, dropped at its end."""
+
+    def __init__(self, bench: PGBench, stats: IOStats) -> None:
+        self.bench = bench
+        self.stats = stats
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._live = 0
+        self.peak = 0
+
+    def start(self, traj: Trajectory) -> tuple[tuple[PGSandbox, str, int], float, bool]:
+        backend = self.bench.backend
+        name = f"{self.bench.server.prefix}_bench_t{next(self._ids):06d}"
+        size = self.bench.sizes[traj.db_id]
+        with self._lock:
+            self._live += size
+            self.peak = max(self.peak, self._live)
+        t0 = time.perf_counter()
+        with self.stats.measure("provision") as op:
+            backend.query(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(self.bench.templates[traj.db_id])
+                )
+            )
+            backend.query(
+                sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+                    sql.Identifier(name), sql.Identifier(backend.sandbox_role)
+                )
+            )
+            op.add(read=size, written=size)
+        sandbox = PGSandbox(backend.sandbox_conninfo(name))
+        return (sandbox, name, size), time.perf_counter() - t0, True
+
+    def execute(self, handle: tuple[PGSandbox, str, int], sql_text: str) -> ExecResult:
+        return handle[0].execute(sql_text)
+
+    def finish(self, handle: tuple[PGSandbox, str, int]) -> None:
+        sandbox, name, size = handle
+        sandbox.close()
+        self.bench.backend.query(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        with self._lock:
+            self._live -= size
+
+
+@dataclass
+class PGBench:
+    """The synthetic templates on a server, for the pg-* strategies."""
+
+    server: PostgresServer
+    backend: PostgresBackend
+    templates: dict[str, str]
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def copy_runner(self, stats: IOStats) -> PGCopyRunner:
+        return PGCopyRunner(self, stats)
+
+    def disk_bytes(self, pool: ReplicaPool) -> int:
+        names = [getattr(r, "dbname", "") for r in pool.replicas()]
+        rows = self.backend.query(
+            "SELECT COALESCE(sum(pg_catalog.pg_database_size(datname)), 0)"
+            " FROM pg_catalog.pg_database WHERE datname = ANY(%s)",
+            (names,),
+        )
+        return int(rows[0][0])
+
+
+@contextlib.contextmanager
+def postgres_bench(pg_dsn: str | None, paths: Mapping[str, Path]) -> Iterator[PGBench]:
+    """Load `paths` (SQLite templates) into the server at `pg_dsn`, or into a throwaway local
+    cluster; the loaded templates are dropped at the end."""
+    with contextlib.ExitStack() as stack:
+        if pg_dsn is None:
+            from birdrl.db.postgres.cluster import LocalCluster
+
+            pg_dsn = stack.enter_context(LocalCluster.start()).dsn
+        server = PostgresServer(pg_dsn, prefix="birdrl_bench")
+        templates = sqlite_templates_on_server(server, paths)
+        backend = server.backend()
+        stack.callback(backend.close)
+        stack.callback(_drop, backend, list(templates.values()))
+        sizes: dict[str, Any] = {}
+        for db_id, name in templates.items():
+            rows = backend.query("SELECT pg_catalog.pg_database_size(%s)", (name,))
+            sizes[db_id] = int(rows[0][0])
+        yield PGBench(server, backend, templates, sizes)
+
+
+def _drop(backend: PostgresBackend, names: list[str]) -> None:
+    for name in names:
+        backend.query(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )

@@ -1,0 +1,42 @@
+"""Where a PostgreSQL pool lives: an admin connection string and the names it uses.
+
+A plain, picklable value (no connection, no psycopg import) so configs can carry it; each
+pool makes its own `PostgresBackend` from it with `backend()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from birdrl.db.postgres.backend import PostgresBackend
+
+__all__ = ["PostgresServer"]
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A PostgreSQL server for replica pools.
+
+    `admin_dsn` is a libpq conninfo or URI of a role that may create databases and roles
+    (e.g. ``host=db.example port=5432 user=postgres``); untrusted SQL never runs as it.
+    `sandbox_role` is the login role untrusted SQL runs as (created if missing).
+    Replica databases are named ``{prefix}_{pool}_w{worker}_{db}_r{k}``."""
+
+    admin_dsn: str
+    sandbox_role: str = "birdrl_sandbox"
+    sandbox_password: str | None = None
+    prefix: str = "birdrl"
+
+    def backend(self, *, ephemeral: bool = False) -> PostgresBackend:
+        """A backend for one pool; `ephemeral` drops its replica databases on close."""
+        from birdrl.db.postgres.backend import PostgresBackend
+
+        return PostgresBackend(
+            self.admin_dsn,
+            sandbox_role=self.sandbox_role,
+            sandbox_password=self.sandbox_password,
+            prefix=self.prefix,
+            ephemeral=ephemeral,
+        )
