@@ -15,12 +15,14 @@ from birdrl import __version__
 from birdrl.cli import app
 from birdrl.db.bench.run import (
     BASELINE,
-    STRATEGIES,
     BenchConfig,
     BenchConfigError,
     BenchProgress,
     BenchResult,
     run_bench,
+)
+from birdrl.db.bench.run import (
+    SQLITE_STRATEGIES as STRATEGIES,
 )
 from birdrl.db.bench.synth import SynthError, describe_template
 from birdrl.db.bench.synth import make_template as make_synth

@@ -308,6 +308,8 @@ class Evaluator:
             statement_timeout_s=self.config.statement_timeout_s,
             official_quirks=self.config.official_quirks,
             dialect=self.pool.dialect,
+            efficiency=task.efficiency,
+            issue_sql=task.issue_sql,
         )
 
     def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:

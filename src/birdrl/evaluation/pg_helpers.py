@@ -7,8 +7,10 @@ semantics are reproduced here, quirks included, so that such files score unchang
 Differences from the official code that do not change results: the statement timeout is
 the session's (set once at connect) instead of a ``SET`` before every statement; a
 connection opened for a database *name* goes to the same server and role as the phase's
-connection (the official code uses a global pool per name, with fixed credentials); values
-psycopg2 returns as text by default (uuid, inet, cidr, record) are loaded as text too.
+connection (the official code uses a global pool per name, with fixed credentials). Where
+psycopg 3 and psycopg2 differ, psycopg2 is followed: no prepared statements, the rows of a
+string's last statement, uuid/inet/cidr/record as text. Sessions use the official server's
+time zone.
 
 This module imports psycopg: only the PostgreSQL path of the evaluator imports it.
 """
