@@ -130,6 +130,7 @@ class PostgresBackend:
         sandbox_password: str | None = None,
         prefix: str = "birdrl",
         ephemeral: bool = False,
+        create_strategy: str = "wal_log",
     ) -> None:
         if not _ROLE.match(sandbox_role):
             raise PoolConfigError(
@@ -143,6 +144,11 @@ class PostgresBackend:
         self.sandbox_role = sandbox_role
         self.prefix = prefix
         self.ephemeral = ephemeral
+        if create_strategy not in ("wal_log", "file_copy"):
+            raise PoolConfigError(
+                f"create_strategy must be wal_log or file_copy, got {create_strategy!r}"
+            )
+        self.create_strategy = create_strategy
         self._created: list[str] = []
         self._lock = threading.RLock()
         try:
@@ -517,7 +523,9 @@ class PGReplica:
             with stats.measure(category) as op:
                 backend.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
                 backend.query(
-                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(name, _ident(tpl.dbname))
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY {}").format(
+                        name, _ident(tpl.dbname), sql.SQL(backend.create_strategy)
+                    )
                 )
                 backend.query(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(name))
                 backend.query(
