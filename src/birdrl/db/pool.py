@@ -411,6 +411,7 @@ class ReplicaPool:
             raise
         with self._cond:
             if not lease._closed:
+                lease.touch()  # the TTL counts from when the lease is usable, not the restore
                 lease._ready = True
                 self._cond.notify_all()
                 return lease

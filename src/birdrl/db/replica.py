@@ -26,7 +26,7 @@ from birdrl.db.iostats import IOStats
 from birdrl.db.restore import PageRestore, RestoreStrategy
 from birdrl.db.sandbox import Sandbox, SandboxLimits
 
-__all__ = ["FileSignature", "Replica", "Template", "sidecar_paths"]
+__all__ = ["FileSignature", "Replica", "Template", "read_state", "sidecar_paths", "write_state"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HEADER_SIZE = 100
@@ -41,6 +41,31 @@ def sidecar_paths(path: Path) -> tuple[Path, Path, Path]:
         path.with_name(path.name + "-wal"),
         path.with_name(path.name + "-shm"),
     )
+
+
+def read_state(path: Path, template: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """Field `key` of a replica's clean-state record, or None if the record is missing,
+    unreadable, of another format version or taken from another template (start-up trusts
+    a replica only through a record that matches)."""
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+        return None
+    if state.get("template") != template:
+        return None
+    value = state.get(key)
+    return value if isinstance(value, dict) else None
+
+
+def write_state(path: Path, template: dict[str, Any], key: str, value: dict[str, Any]) -> None:
+    """Write a clean-state record atomically (a crash leaves the old one or none)."""
+    record = {"version": _STATE_VERSION, "template": template, key: value}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
 
 
 def _read_header(path: Path) -> bytes:
@@ -201,17 +226,10 @@ class Replica:
         """On pool start-up: trust the file only if its recorded post-restore signature still
         matches and was taken from this very template. Returns True if clean."""
         self._clean_signature = None
+        fields = read_state(self.state_path, self.template.identity(), "signature")
         try:
-            state = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            return False
-        if state.get("template") != self.template.identity():
-            return False
-        try:
-            recorded = FileSignature(**state["signature"])
-        except (KeyError, TypeError):
+            recorded = FileSignature(**(fields or {}))
+        except TypeError:
             return False
         if FileSignature.of(self.path) != recorded:
             return False
@@ -253,13 +271,6 @@ class Replica:
             raise OSError(
                 f"restore of {self.path} did not produce a {self.template.size}-byte file"
             )
-        record = {
-            "version": _STATE_VERSION,
-            "template": self.template.identity(),
-            "signature": asdict(signature),
-        }
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.state_path)
+        write_state(self.state_path, self.template.identity(), "signature", asdict(signature))
         self._clean_signature = signature
         self.restores += 1

@@ -24,7 +24,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -39,6 +39,7 @@ __all__ = [
     "ExecResult",
     "Sandbox",
     "SandboxLimits",
+    "checked_statements",
     "split_statements",
 ]
 
@@ -162,25 +163,9 @@ class Sandbox:
     def execute(self, sql: str) -> ExecResult:
         """Run `sql` (one or more statements, in order); never raises for bad SQL."""
         t0 = time.perf_counter()
-        if not isinstance(sql, str):
-            return _fail(ErrorKind.LIMIT, f"SQL must be a string, got {type(sql).__name__}", t0)
-        if len(sql) > self.limits.max_sql_length:
-            return _fail(
-                ErrorKind.LIMIT,
-                f"SQL is {len(sql)} characters long; the limit is {self.limits.max_sql_length}",
-                t0,
-            )
-        if sql.count(";") > 4 * self.limits.max_statements:
-            return _fail(ErrorKind.LIMIT, "SQL holds too many statements", t0)
-        statements = split_statements(sql)
-        if len(statements) > self.limits.max_statements:
-            return _fail(
-                ErrorKind.LIMIT,
-                f"SQL holds {len(statements)} statements; the limit is {self.limits.max_statements}",
-                t0,
-            )
-        if not statements:
-            return _fail(ErrorKind.SQL, "no SQL statement to execute", t0)
+        statements = checked_statements(sql, self.limits, split_statements, t0)
+        if isinstance(statements, ExecResult):
+            return statements
         with self._lock:
             conn = self._conn
             if conn is None:
@@ -282,6 +267,34 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def checked_statements(
+    sql: object, limits: SandboxLimits, split: Callable[[str], list[str]], t0: float
+) -> list[str] | ExecResult:
+    """The statements of an untrusted SQL string, or the failed `ExecResult` that says why
+    it is refused before anything runs (not a string, too long, too many statements, NUL
+    characters, nothing to run). `split` is the engine's statement splitter."""
+    if not isinstance(sql, str):
+        return _fail(ErrorKind.LIMIT, f"SQL must be a string, got {type(sql).__name__}", t0)
+    if len(sql) > limits.max_sql_length:
+        return _fail(
+            ErrorKind.LIMIT,
+            f"SQL is {len(sql)} characters long; the limit is {limits.max_sql_length}",
+            t0,
+        )
+    if sql.count(";") > 4 * limits.max_statements:
+        return _fail(ErrorKind.LIMIT, "SQL holds too many statements", t0)
+    statements = split(sql)
+    if len(statements) > limits.max_statements:
+        return _fail(
+            ErrorKind.LIMIT,
+            f"SQL holds {len(statements)} statements; the limit is {limits.max_statements}",
+            t0,
+        )
+    if not statements:
+        return _fail(ErrorKind.SQL, "no SQL statement to execute", t0)
+    return statements
 
 
 def _interrupt(conn: sqlite3.Connection) -> None:

@@ -124,22 +124,27 @@ def _is_blank(chunk: str) -> bool:
 
 
 def split_postgres_statements(sql: str) -> list[str]:
-    """Split an SQL string into statements the way PostgreSQL's scanner would.
+    """Split an SQL string into statements the way PostgreSQL's scanner (and psql) would.
 
     Semicolons inside '...' / E'...' strings, "identifiers", $tag$ dollar-quoted bodies
-    (function definitions), -- and (nested) /* */ comments do not split. Statements that
-    hold only whitespace or comments are dropped; the semicolons are not kept.
+    (function definitions), -- and (nested) /* */ comments, parentheses (``CREATE RULE ...
+    DO (a; b)``) and SQL-standard function bodies (``BEGIN ATOMIC ... END``, with nested
+    ``CASE ... END``) do not split. Statements that hold only whitespace or comments are
+    dropped; the semicolons are not kept.
     """
     out: list[str] = []
     start = 0
     i, n = 0, len(sql)
     meaningful = False  # the current statement holds more than whitespace/comments
+    depth = 0  # open parentheses
+    atomic = 0  # inside BEGIN ATOMIC: 1 + open CASE ... END blocks
+    words: list[str] = []  # the last two words, to spot BEGIN ATOMIC
     while i < n:
         c = sql[i]
-        if c == ";":
+        if c == ";" and depth == 0 and atomic == 0:
             if meaningful:
                 out.append(sql[start:i].strip())
-            start, meaningful = i + 1, False
+            start, meaningful, words = i + 1, False, []
             i += 1
             continue
         if c in " \r\t\n\f":
@@ -150,12 +155,12 @@ def split_postgres_statements(sql: str) -> list[str]:
             i = n if j == -1 else j + 1
             continue
         if c == "/" and sql.startswith("*", i + 1):
-            depth, i = 1, i + 2
-            while i < n and depth:
+            level, i = 1, i + 2
+            while i < n and level:
                 if sql.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
+                    level, i = level + 1, i + 2
                 elif sql.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
+                    level, i = level - 1, i + 2
                 else:
                     i += 1
             continue
@@ -181,6 +186,25 @@ def split_postgres_statements(sql: str) -> list[str]:
                 end = sql.find(tag, i + len(tag))
                 i = n if end == -1 else end + len(tag)
                 continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        elif (c.isalpha() or c == "_") and _word_start(sql, i):
+            j = i
+            while j < n and (sql[j].isalnum() or sql[j] in "_$"):
+                j += 1
+            word = sql[i:j].lower()
+            if atomic:
+                if word == "case":
+                    atomic += 1
+                elif word == "end":
+                    atomic -= 1
+            elif word == "atomic" and words[-1:] == ["begin"]:
+                atomic = 1
+            words = [*words[-1:], word]
+            i = j
+            continue
         i += 1
     if meaningful:
         out.append(sql[start:].strip())

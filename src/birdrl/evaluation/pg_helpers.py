@@ -31,6 +31,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.string import TextLoader
 
+from birdrl.db.postgres.sandbox import connect_sandbox_role
 from birdrl.evaluation.helpers import (
     check_sql_function_usage,
     remove_comments,
@@ -91,17 +92,16 @@ def open_connection(
     """Connect as psycopg2 does by default: not autocommit (every statement runs in a
     transaction the helpers commit) and no prepared statements (psycopg 3 would prepare a
     query run five times, which can then fail where a plain one would not); plus a
-    server-side ``statement_timeout`` for the session and the official server's time zone."""
+    server-side ``statement_timeout`` for the session and the official server's time zone.
+    The session starts free of role defaults another trajectory may have set on the
+    sandbox role (see `birdrl.db.postgres.sandbox.connect_sandbox_role`)."""
     params = conninfo_to_dict(conninfo)
     ms = max(int(statement_timeout_s * 1000), 1)
     options = f"-c statement_timeout={ms} -c TimeZone={OFFICIAL_TIME_ZONE}"
     if params.get("options"):
         options = f"{params['options']} {options}"
-    extra: dict[str, Any] = {"options": options}
-    if "connect_timeout" not in params:
-        extra["connect_timeout"] = 30
-    conn = psycopg.connect(
-        make_conninfo(conninfo, **extra), autocommit=False, prepare_threshold=None
+    conn = connect_sandbox_role(
+        conninfo, autocommit=False, options=options, application_name="birdrl-evaluator"
     )
     for name in _TEXT_TYPES:
         conn.adapters.register_loader(name, TextLoader)

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
-import os
 import re
 import threading
 import time
@@ -41,25 +39,45 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from birdrl.db.errors import PoolConfigError, PoolError, RestoreError, TemplateError
 from birdrl.db.iostats import IOStats
 from birdrl.db.postgres.sandbox import PGSandbox
+from birdrl.db.replica import read_state, write_state
 from birdrl.db.sandbox import SandboxLimits
 
 __all__ = ["PGCounters", "PGReplica", "PGTemplate", "PostgresBackend"]
 
-_STATE_VERSION = 1
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SETTLE_TIMEOUT_S = 10.0
-_SEQUENCES = (
-    "SELECT COALESCE(pg_catalog.string_agg("
-    "  s.schemaname || '.' || s.sequencename || '=' || COALESCE(s.last_value::text, '-'),"
-    "  ',' ORDER BY s.schemaname, s.sequencename), '')"
-    " FROM pg_catalog.pg_sequences s"
+_ADMIN_LOCK_TIMEOUT_MS = 5000
+_SEQUENCE_NAMES = (
+    "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c"
+    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE c.relkind = 'S' AND n.nspname NOT LIKE 'pg_temp%' ORDER BY 1"
 )
 
 
-_SIGNAL_FUNCTIONS = (
+def sequence_state(conn: psycopg.Connection[Any]) -> str:
+    """``name=last_value/is_called`` of every (non-temporary) sequence, one query."""
+    names = [r[0] for r in conn.execute(_SEQUENCE_NAMES.encode()).fetchall()]
+    if not names:
+        return ""
+    parts = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT {}, last_value::text, is_called FROM {}").format(
+            sql.Literal(name), sql.SQL(name)
+        )
+        for name in names
+    )
+    rows = conn.execute(parts).fetchall()
+    return ",".join(f"{n}={v}/{c}" for n, v, c in rows)
+
+
+_HARDEN_FUNCTIONS = (
+    # one session of the sandbox role could signal another (same role)
     "pg_catalog.pg_cancel_backend(integer)",
     "pg_catalog.pg_terminate_backend(integer, bigint)",
+    # or read other trajectories' SQL (pg_stat_activity shows same-role queries)
+    "pg_catalog.pg_stat_get_activity(integer)",
+    "pg_catalog.pg_stat_get_backend_activity(integer)",
 )
+_HARDEN_RELATIONS = ("pg_catalog.pg_stat_activity",)
 _FINGERPRINT = (
     "SELECT table_schema, table_name, column_name, ordinal_position, data_type, column_default,"
     " is_nullable FROM information_schema.columns"
@@ -81,7 +99,6 @@ _FINGERPRINT = (
     " AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%' ORDER BY 1, 2",
     "SELECT nspname, nspowner::regrole::text, nspacl::text FROM pg_catalog.pg_namespace ORDER BY 1",
     "SELECT proname, proacl::text FROM pg_catalog.pg_proc WHERE proacl IS NOT NULL ORDER BY 1, 2",
-    _SEQUENCES,
 )
 
 
@@ -152,9 +169,7 @@ class PostgresBackend:
         self._created: list[str] = []
         self._lock = threading.RLock()
         try:
-            self._admin = psycopg.connect(
-                admin_dsn, autocommit=True, application_name="birdrl-pool", connect_timeout=30
-            )
+            self._admin = self._connect_admin_session()
         except psycopg.Error as exc:
             raise PoolConfigError(
                 f"cannot connect to PostgreSQL as admin ({admin_dsn}): {exc}"
@@ -165,6 +180,8 @@ class PostgresBackend:
         if sandbox_password is not None:
             base["password"] = sandbox_password
         self._sandbox_base = base
+        self._password: str | None = None
+        self._password_hash: str | None = None
         self._ensure_role(sandbox_password)
 
     # -- admin connection -------------------------------------------------------------------
@@ -181,9 +198,21 @@ class PostgresBackend:
             except psycopg.OperationalError:
                 if not self._admin.closed:
                     raise
-                self._admin = psycopg.connect(self.admin_dsn, autocommit=True)
+                self._admin = self._connect_admin_session()
                 cur = self._admin.execute(text, params or None)
                 return cur.fetchall() if cur.description is not None else []
+
+    def _connect_admin_session(self) -> psycopg.Connection[Any]:
+        """The pool's admin session. A lock timeout bounds how long a trajectory holding a
+        lock (e.g. an uncommitted ``ALTER ROLE``) can stall the pool's own statements."""
+        return psycopg.connect(
+            self.admin_dsn,
+            autocommit=True,
+            application_name="birdrl-pool",
+            connect_timeout=30,
+            options=f"-c lock_timeout={_ADMIN_LOCK_TIMEOUT_MS}",
+            prepare_threshold=None,
+        )
 
     def _ensure_role(self, password: str | None) -> None:
         role = self.sandbox_role
@@ -219,11 +248,35 @@ class PostgresBackend:
             self.query(
                 sql.SQL("ALTER ROLE {} PASSWORD {}").format(_ident(role), sql.Literal(password))
             )
+        self._password = password
+        self._password_hash = self._read_password_hash()
         self.reset_role_settings()
 
+    def _read_password_hash(self) -> str | None:
+        """The sandbox role's stored password hash (readable by a superuser admin only)."""
+        try:
+            rows = self.query(
+                "SELECT COALESCE(rolpassword, '') FROM pg_catalog.pg_authid WHERE rolname = %s",
+                (self.sandbox_role,),
+            )
+        except psycopg.errors.InsufficientPrivilege:
+            return None
+        return str(rows[0][0]) if rows else None
+
     def reset_role_settings(self) -> bool:
-        """Remove every per-role default of the sandbox role (``ALTER ROLE ... [IN DATABASE]
-        SET``): they are cluster-wide state a trajectory could leave behind. True if any."""
+        """Undo what a trajectory can change on its own role, cluster-wide state that would
+        outlive its replica: per-role defaults (``ALTER ROLE ... [IN DATABASE ...] SET``) and
+        its password (with a superuser admin). True if anything had changed."""
+        changed = False
+        if self._password_hash is not None and self._read_password_hash() != self._password_hash:
+            password = (
+                sql.Literal(self._password) if self._password is not None else sql.SQL("NULL")
+            )
+            self.query(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(_ident(self.sandbox_role), password)
+            )
+            self._password_hash = self._read_password_hash()
+            changed = True
         rows = self.query(
             "SELECT d.datname FROM pg_catalog.pg_db_role_setting s"
             " JOIN pg_catalog.pg_roles r ON r.oid = s.setrole"
@@ -239,6 +292,19 @@ class PostgresBackend:
                         _ident(self.sandbox_role), _ident(datname)
                     )
                 )
+        return changed or bool(rows)
+
+    def rollback_prepared(self, dbname: str) -> bool:
+        """Roll back transactions a trajectory prepared (``PREPARE TRANSACTION``, possible
+        where max_prepared_transactions > 0) in `dbname`: they would outlive the lease and
+        block the replica's restore. True if there were any."""
+        rows = self.query(
+            "SELECT gid FROM pg_catalog.pg_prepared_xacts WHERE database = %s", (dbname,)
+        )
+        if rows:  # they can only be finished from their own database
+            with self.connect_admin(dbname) as conn:
+                for (gid,) in rows:
+                    conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
         return bool(rows)
 
     def sandbox_conninfo(self, dbname: str) -> str:
@@ -315,10 +381,11 @@ class PostgresBackend:
             raise PoolError(f"cannot connect to database {dbname!r} as admin: {exc}") from exc
 
     def sequences(self, dbname: str) -> str:
-        """A text of every sequence's position in `dbname` (read as admin)."""
+        """A text of every sequence's position in `dbname` (read as admin): ``last_value``
+        and ``is_called`` of each, read from the sequence itself (``pg_sequences`` shows NULL
+        for a sequence never called, which would hide a ``setval``)."""
         with self.connect_admin(dbname) as conn:
-            row = conn.execute(_SEQUENCES.encode()).fetchone()
-        return str(row[0]) if row else ""
+            return sequence_state(conn)
 
     def fingerprint(self, dbname: str) -> str:
         """SHA-256 of the logical content of `dbname`: schema (tables, columns, constraints,
@@ -329,6 +396,7 @@ class PostgresBackend:
             for query in _FINGERPRINT:
                 for row in conn.execute(query.encode()):
                     digest.update(repr(tuple(row)).encode())
+            digest.update(sequence_state(conn).encode())
             tables = conn.execute(
                 b"SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables"
                 b" WHERE table_type = 'BASE TABLE'"
@@ -345,11 +413,22 @@ class PostgresBackend:
         return digest.hexdigest()
 
     def harden(self, dbname: str) -> None:
-        """Revoke from PUBLIC, in a template, the functions that let one sandbox session
-        signal another (sessions of one role may cancel or terminate each other)."""
+        """Revoke from PUBLIC, in a template, what lets one sandbox session reach another:
+        cancelling or terminating it, reading its SQL. Only what is still granted is
+        revoked, so a hardened template is not written again (its counters stay put)."""
         with self.connect_admin(dbname) as conn:
-            for fn in _SIGNAL_FUNCTIONS:
-                conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC".encode())
+            for fn in _HARDEN_FUNCTIONS:
+                row = conn.execute(
+                    b"SELECT pg_catalog.has_function_privilege('public', %s, 'EXECUTE')", (fn,)
+                ).fetchone()
+                if row and row[0]:
+                    conn.execute(f"REVOKE EXECUTE ON FUNCTION {fn} FROM PUBLIC".encode())
+            for rel in _HARDEN_RELATIONS:
+                row = conn.execute(
+                    b"SELECT pg_catalog.has_table_privilege('public', %s, 'SELECT')", (rel,)
+                ).fetchone()
+                if row and row[0]:
+                    conn.execute(f"REVOKE SELECT ON {rel} FROM PUBLIC".encode())
 
     def drop_replicas(self) -> int:
         """Drop every replica database of this prefix (any pool) on the server; returns how many."""
@@ -402,7 +481,9 @@ class PGTemplate:
         return cls(db_id, dbname, oid, counters, sequences, int(size), backend)
 
     def identity(self) -> dict[str, Any]:
-        return {"dbname": self.dbname, "oid": self.oid, "counters": asdict(self.counters)}
+        """What a replica's record must match: the template database itself (its counters
+        move with every admin look at it, so they are not part of it)."""
+        return {"dbname": self.dbname, "oid": self.oid}
 
     def describe(self, sample_rows: int = 3) -> str:
         """CREATE TABLE / VIEW text of the template's public schema with a few sample rows
@@ -472,17 +553,10 @@ class PGReplica:
 
     def recover(self) -> bool:
         self._clean = None
+        fields = read_state(self.state_path, self._template.identity(), "counters")
         try:
-            state = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            return False
-        if state.get("template") != self._template.identity():
-            return False
-        try:
-            recorded = PGCounters(**state["counters"])
-        except (KeyError, TypeError):
+            recorded = PGCounters(**(fields or {}))
+        except TypeError:
             return False
         self._clean = recorded
         if self.changed():
@@ -491,12 +565,19 @@ class PGReplica:
         return True
 
     def changed(self) -> bool:
+        """See the module docstring; a server error while checking counts as changed."""
         clean = self._clean
         if clean is None:
             return True
+        try:
+            return self._changed(clean)
+        except psycopg.Error:  # e.g. a lock held by a trajectory: doubt means dirty
+            return True
+
+    def _changed(self, clean: PGCounters) -> bool:
         backend = self.backend
         polluted = backend.reset_role_settings()
-        if polluted or not backend.settle(clean.oid):
+        if backend.rollback_prepared(self.dbname) or polluted or not backend.settle(clean.oid):
             return True
         now = backend.counters(clean.oid)
         if now is None or not now.same_rows(clean):
@@ -521,6 +602,7 @@ class PGReplica:
         backend, name, tpl = self.backend, _ident(self.dbname), self._template
         try:
             with stats.measure(category) as op:
+                backend.rollback_prepared(self.dbname)  # they would block the DROP
                 backend.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
                 backend.query(
                     sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY {}").format(
@@ -545,34 +627,10 @@ class PGReplica:
         self.restores += 1
 
     def _write_state(self, counters: PGCounters) -> None:
-        record = {
-            "version": _STATE_VERSION,
-            "template": self._template.identity(),
-            "counters": asdict(counters),
-        }
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.state_path)
+        write_state(self.state_path, self._template.identity(), "counters", asdict(counters))
 
     def open_sandbox(self, limits: SandboxLimits) -> PGSandbox:
-        try:
-            return PGSandbox(self.locator, limits, on_connect=self._check_session)
-        except _PollutedSession:  # defaults were reset: the next session starts clean
-            return PGSandbox(self.locator, limits, on_connect=self._check_session)
-
-    def _check_session(self, conn: psycopg.Connection[Any]) -> None:
-        """Refuse a session that started with role defaults a trajectory left behind."""
-        row = conn.execute(
-            b"SELECT count(*) FROM pg_catalog.pg_db_role_setting s"
-            b" JOIN pg_catalog.pg_roles r ON r.oid = s.setrole WHERE r.rolname = current_user"
-        ).fetchone()
-        if row and row[0]:
-            self.backend.reset_role_settings()
-            raise _PollutedSession(
-                f"sandbox role defaults were changed (ALTER ROLE ... SET) before this session "
-                f"on {self.dbname!r}; they were reset, retry"
-            )
+        return PGSandbox(self.locator, limits)
 
 
 @functools.lru_cache(maxsize=64)
@@ -626,10 +684,6 @@ def _describe(admin_dsn: str, dbname: str, oid: int, sample_rows: int) -> str:
                     )
                     parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
     return "\n".join(parts)
-
-
-class _PollutedSession(PoolError):
-    """A sandbox session started with role defaults left behind by a trajectory."""
 
 
 def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:

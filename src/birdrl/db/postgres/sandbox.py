@@ -21,6 +21,7 @@ transaction block leaves that block aborted until the model rolls it back, as in
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -28,13 +29,21 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pgerr
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from birdrl.db.errors import PoolError
-from birdrl.db.sandbox import ErrorKind, ExecResult, SandboxLimits, _fail, _value_size
+from birdrl.db.sandbox import (
+    ErrorKind,
+    ExecResult,
+    SandboxLimits,
+    _fail,
+    _value_size,
+    checked_statements,
+)
 from birdrl.db.statements import split_postgres_statements
 
-__all__ = ["PGSandbox", "session_options"]
+__all__ = ["PGSandbox", "connect_sandbox_role", "session_options"]
 
 _CURSOR = "birdrl_sandbox_cursor"
 _FETCH = 500
@@ -67,6 +76,66 @@ def session_options(limits: SandboxLimits) -> str:
     return " ".join(f"-c {k}={v}" for k, v in settings.items())
 
 
+_OWN_DEFAULTS = (
+    b"SELECT d.datname FROM pg_catalog.pg_db_role_setting s"
+    b" LEFT JOIN pg_catalog.pg_database d ON d.oid = s.setdatabase"
+    b" WHERE s.setrole = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user)"
+)
+_CONNECT_ATTEMPTS = 4
+
+
+def _reset_own_defaults(conn: psycopg.Connection[Any]) -> bool:
+    """Remove the per-role defaults the connected role carries (a role may reset its own);
+    True if there were any, i.e. this session started with some of them applied."""
+    rows = conn.execute(_OWN_DEFAULTS).fetchall()
+    for (datname,) in rows:
+        if datname is None:
+            conn.execute(b"ALTER ROLE CURRENT_USER RESET ALL")
+        else:
+            conn.execute(
+                sql.SQL("ALTER ROLE CURRENT_USER IN DATABASE {} RESET ALL").format(
+                    sql.Identifier(datname)
+                )
+            )
+    return bool(rows)
+
+
+def connect_sandbox_role(
+    conninfo: str, *, autocommit: bool, options: str, application_name: str
+) -> psycopg.Connection[Any]:
+    """A session as the sandbox role that started with none of the role defaults a
+    trajectory may have left (``ALTER ROLE CURRENT_USER [IN DATABASE ...] SET`` is allowed to
+    any role, is cluster-wide and applies at login): if the new session carries some, they
+    are reset and the session is opened again. Client `options` outrank role defaults
+    anyway; this covers every other setting. Raises `PoolError` if a clean session cannot
+    be had (another session keeps setting them)."""
+    last: BaseException | None = None
+    for _ in range(_CONNECT_ATTEMPTS):
+        try:
+            conn = psycopg.connect(
+                conninfo,
+                autocommit=True,
+                options=f"{options} -c lock_timeout=2000",
+                application_name=application_name,
+                connect_timeout=30,
+                prepare_threshold=None,  # DEALLOCATE ALL / DISCARD ALL must not break us
+            )
+        except psycopg.Error as exc:
+            raise PoolError(f"cannot connect to replica ({conninfo}): {exc}") from exc
+        try:
+            if not _reset_own_defaults(conn):
+                conn.execute(b"RESET lock_timeout")
+                conn.autocommit = autocommit
+                return conn
+        except psycopg.Error as exc:  # e.g. "tuple concurrently updated": try again
+            last = exc
+        conn.close()
+    raise PoolError(
+        f"could not open a session on {conninfo} free of role defaults left by a trajectory "
+        f"after {_CONNECT_ATTEMPTS} attempts" + (f": {last}" if last else "")
+    )
+
+
 class PGSandbox:
     """A guarded connection to one replica database (see the module docstring)."""
 
@@ -81,16 +150,12 @@ class PGSandbox:
         self._lock = threading.Lock()
         self._closing = False
         self._timed_out = False
-        try:
-            self._conn: psycopg.Connection[Any] | None = psycopg.connect(
-                conninfo,
-                autocommit=True,
-                options=session_options(self.limits),
-                application_name="birdrl-sandbox",
-                connect_timeout=30,
-            )
-        except psycopg.Error as exc:
-            raise PoolError(f"cannot connect to replica ({conninfo}): {exc}") from exc
+        self._conn: psycopg.Connection[Any] | None = connect_sandbox_role(
+            conninfo,
+            autocommit=True,
+            options=session_options(self.limits),
+            application_name="birdrl-sandbox",
+        )
         if on_connect is not None:
             try:
                 on_connect(self._conn)
@@ -105,25 +170,11 @@ class PGSandbox:
     def execute(self, sql: str) -> ExecResult:
         """Run `sql` (one or more statements, in order); never raises for bad SQL."""
         t0 = time.perf_counter()
-        if not isinstance(sql, str):
-            return _fail(ErrorKind.LIMIT, f"SQL must be a string, got {type(sql).__name__}", t0)
-        if len(sql) > self.limits.max_sql_length:
-            return _fail(
-                ErrorKind.LIMIT,
-                f"SQL is {len(sql)} characters long; the limit is {self.limits.max_sql_length}",
-                t0,
-            )
-        if "\x00" in sql:
+        if isinstance(sql, str) and "\x00" in sql:
             return _fail(ErrorKind.SQL, "SQL must not contain NUL characters", t0)
-        statements = split_postgres_statements(sql)
-        if len(statements) > self.limits.max_statements:
-            return _fail(
-                ErrorKind.LIMIT,
-                f"SQL holds {len(statements)} statements; the limit is {self.limits.max_statements}",
-                t0,
-            )
-        if not statements:
-            return _fail(ErrorKind.SQL, "no SQL statement to execute", t0)
+        statements = checked_statements(sql, self.limits, split_postgres_statements, t0)
+        if isinstance(statements, ExecResult):
+            return statements
         with self._lock:
             conn = self._conn
             if conn is None:
@@ -164,6 +215,12 @@ class PGSandbox:
     # -- one statement ----------------------------------------------------------------------
 
     def _statement(self, conn: psycopg.Connection[Any], stmt: str) -> dict[str, Any]:
+        if _is_client_copy(stmt):
+            # COPY ... STDIN/STDOUT would leave the session in COPY mode: refuse it up front
+            raise _ClientCopyRefused(
+                "COPY to or from the client (STDIN/STDOUT) is not available in the sandbox; "
+                "use SELECT or INSERT"
+            )
         self._timed_out = False
         watchdog = threading.Timer(self.limits.timeout_s + 1.0, self._cancel, args=(conn,))
         watchdog.daemon = True
@@ -215,7 +272,7 @@ class PGSandbox:
                 ErrorKind.TIMEOUT,
                 f"the statement ran longer than the {self.limits.timeout_s:g} s limit and was stopped",
             )
-        if isinstance(exc, _REFUSED):
+        if isinstance(exc, (*_REFUSED, _ClientCopyRefused)):
             return ErrorKind.REFUSED, f"refused: {message}"
         if isinstance(exc, _LIMITS):
             return ErrorKind.LIMIT, f"{name}: {message}"
@@ -257,6 +314,17 @@ class PGSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _ClientCopyRefused(psycopg.ProgrammingError):
+    """A COPY to or from the client, refused before it reaches the server."""
+
+
+_CLIENT_COPY = re.compile(r"\b(stdin|stdout)\b", re.IGNORECASE)
+
+
+def _is_client_copy(stmt: str) -> bool:
+    return _first_word(stmt) == "copy" and _CLIENT_COPY.search(stmt) is not None
 
 
 def _first_word(stmt: str) -> str:

@@ -1,0 +1,157 @@
+"""SQLite tasks carried over to PostgreSQL with sqlglot: every SQL field, and the SQL that
+test cases pass to the helper API (found with `ast`, so the Python around it is kept).
+
+sqlglot parses and renders (``unsupported_level=RAISE``); on top of it this module keeps
+SQLite's *meaning* where the two engines silently differ, because a task whose solution
+returns other rows on PostgreSQL is worse than a task dropped:
+
+- identifiers become unquoted lower case (``"Album"`` -> ``album``), as
+  `birdrl.db.postgres.load` names tables and columns (`pg_identifier`);
+- ``ROUND``/``AVG``/``TOTAL``/``julianday`` return double precision (floats, as in SQLite),
+  rounding half away from zero; ``CAST(x AS INTEGER)`` truncates;
+- ``LIKE`` is case-insensitive (``ILIKE``), ``GLOB`` becomes an anchored regex,
+  ``COLLATE NOCASE`` comparisons compare ``LOWER()`` of both sides;
+- comparisons used as numbers (``SUM(a = b)``) are cast to integer, numbers used as
+  conditions are compared with 0; scalar ``MIN``/``MAX`` are NULL when an argument is;
+- ``date``/``datetime``/``time``/``strftime`` return text, as in SQLite, with day to
+  second, month and year (overflowing as SQLite does) and ``start of`` modifiers;
+  ``printf`` handles ``%d``, ``%.Nf``, ``%s``; text read as a number in arithmetic is cast;
+- ``a IS b``, output aliases in WHERE/HAVING, GROUP BY queries showing ungrouped columns
+  of subqueries (or of tables none of whose columns is grouped), JSON functions returning
+  text, a single ``INTEGER PRIMARY KEY`` (an identity column), ``INSERT OR IGNORE``
+  (``ON CONFLICT DO NOTHING``) and simple triggers (PL/pgSQL functions) are translated.
+
+The output avoids the words ROUND and DISTINCT where the input has none: the official
+PostgreSQL default test deletes them before comparing results. Everything else SQLite-only
+(PRAGMA, ``sqlite_master``, rowid, fractional months, ``REPLACE``, SQLite functions without
+a translation, ...) raises `TranspileError`, which names the task and the field;
+`transpile_many` turns those into counted drops. A task that transpiles can still behave
+differently (``CAST('12C' AS INTEGER)`` is 12 in SQLite, an error here): validating it on a
+server is the caller's job (`birdrl.evaluation.dialects`).
+
+Layout: `common` (the error, names, types, builders), `sql` (parse, refuse, rewrite trees),
+`functions` (SQLite functions by name), `statements` (statements, conditions, expressions,
+triggers: what the loader uses), `testcases` (test-case sources); tasks here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from birdrl.tasks.model import Task, TextToSQLTask
+from birdrl.tasks.transpile.common import DIALECT, TranspileError, pg_identifier, pg_type
+from birdrl.tasks.transpile.statements import (
+    _check_dialects,
+    transpile_condition,
+    transpile_expression,
+    transpile_sql,
+    transpile_statements,
+    transpile_trigger,
+)
+from birdrl.tasks.transpile.testcases import transpile_test_case
+
+__all__ = [
+    "DIALECT",
+    "TranspileError",
+    "pg_identifier",
+    "pg_type",
+    "transpile_condition",
+    "transpile_expression",
+    "transpile_many",
+    "transpile_sql",
+    "transpile_statements",
+    "transpile_task",
+    "transpile_test_case",
+    "transpile_text2sql",
+    "transpile_trigger",
+]
+
+# ------------------------------------------------------------------------------- tasks
+
+_T = TypeVar("_T", Task, TextToSQLTask)
+_SQLITE_WORD = re.compile(r"\bSQLite\b", re.I)
+
+
+def _field(
+    instance_id: str, field: str, sqls: Iterable[str], *, keep_unparseable: bool = False
+) -> tuple[tuple[str, ...], list[int]]:
+    """One PostgreSQL string per SQLite string (a trigger's two statements stay together)."""
+    out: list[str] = []
+    verbatim: list[int] = []
+    for i, sql in enumerate(sqls):
+        try:
+            out.append(";\n".join(transpile_statements(sql)))
+        except TranspileError as exc:
+            if keep_unparseable and exc.reason.startswith("not parseable as SQLite"):
+                out.append(sql)  # buggy SQL neither engine accepts: the bug is the point
+                verbatim.append(i)
+                continue
+            raise TranspileError(
+                exc.reason, instance_id=instance_id, field=f"{field}[{i}]"
+            ) from exc
+    return tuple(out), verbatim
+
+
+def transpile_task(task: Task, *, source: str = "sqlite", target: str = "postgres") -> Task:
+    """`task` for PostgreSQL: every SQL field and test case transpiled, "SQLite" in the query
+    replaced, ``extra["dialect"] = "postgresql"``. An issue SQL sqlglot cannot parse (a
+    syntax error is often the bug) is kept verbatim and its index listed in
+    ``extra["verbatim_issue_sql"]``. Raises TranspileError naming the instance and field."""
+    _check_dialects(source, target)
+    iid = task.instance_id
+    issue, verbatim = _field(iid, "issue_sql", task.issue_sql, keep_unparseable=True)
+    tests = []
+    for i, test in enumerate(task.test_cases):
+        try:
+            tests.append(transpile_test_case(test))
+        except TranspileError as exc:
+            raise TranspileError(exc.reason, instance_id=iid, field=f"test_cases[{i}]") from exc
+    extra: dict[str, Any] = {**task.extra, "dialect": DIALECT, "source_dialect": "sqlite"}
+    if verbatim:
+        extra["verbatim_issue_sql"] = verbatim
+    return dataclasses.replace(
+        task,
+        query=_SQLITE_WORD.sub("PostgreSQL", task.query),
+        issue_sql=issue,
+        sol_sql=_field(iid, "sol_sql", task.sol_sql)[0],
+        preprocess_sql=_field(iid, "preprocess_sql", task.preprocess_sql)[0],
+        clean_up_sql=_field(iid, "clean_up_sql", task.clean_up_sql)[0],
+        test_cases=tuple(tests),
+        extra=extra,
+    )
+
+
+def transpile_text2sql(
+    task: TextToSQLTask, *, source: str = "sqlite", target: str = "postgres"
+) -> TextToSQLTask:
+    """`task` with its gold SQL transpiled (one statement) and ``extra["dialect"]`` set; the
+    question says PostgreSQL where it said SQLite, the evidence is kept."""
+    _check_dialects(source, target)
+    try:
+        statements = transpile_statements(task.sql)
+        if len(statements) != 1:
+            raise TranspileError(f"gold SQL is {len(statements)} statements, not one")
+    except TranspileError as exc:
+        raise TranspileError(exc.reason, instance_id=task.question_id, field="SQL") from exc
+    extra = {**task.extra, "dialect": DIALECT, "source_dialect": "sqlite"}
+    question = _SQLITE_WORD.sub("PostgreSQL", task.question)
+    return dataclasses.replace(task, question=question, sql=statements[0], extra=extra)
+
+
+def transpile_many(tasks: Iterable[_T]) -> tuple[list[_T], dict[str, str]]:
+    """(the tasks that transpile, ``{instance_id: why not}`` for the others)."""
+    kept: list[Any] = []
+    dropped: dict[str, str] = {}
+    for task in tasks:
+        try:
+            if isinstance(task, Task):
+                kept.append(transpile_task(task))
+            else:
+                kept.append(transpile_text2sql(task))
+        except TranspileError as exc:
+            where = f"{exc.field}: " if exc.field else ""
+            dropped[task.instance_id] = f"does not transpile: {where}{exc.reason}"
+    return kept, dropped

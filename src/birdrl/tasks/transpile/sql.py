@@ -1,0 +1,577 @@
+"""Parsing SQLite, refusing what has no PostgreSQL meaning, and the tree rewrites that
+keep SQLite's meaning where the engines differ (see the package docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+
+from sqlglot import exp
+from sqlglot.dialects.sqlite import SQLite
+from sqlglot.errors import ErrorLevel, SqlglotError
+
+from birdrl.tasks.transpile.common import (
+    _COMPARISONS,
+    _CONDITIONS,
+    _DOUBLE,
+    _NUMERIC_CONTEXT,
+    _TEXTUAL,
+    TranspileError,
+    _cast,
+    _func,
+    _literal_text,
+    _normalise,
+    _now,
+    pg_type,
+)
+from birdrl.tasks.transpile.functions import _anonymous
+
+# ----------------------------------------------------------------------- parse, render
+
+
+# SQLite's parser, keeping the date and printf functions as written: sqlglot's own forms
+# of them would lose the modifiers this module translates.
+_Parser = type(
+    "_Parser",
+    (SQLite.Parser,),
+    {
+        "FUNCTIONS": {
+            k: v
+            for k, v in SQLite.Parser.FUNCTIONS.items()
+            if k not in {"DATE", "DATETIME", "TIME", "STRFTIME", "FORMAT", "PRINTF"}
+        }
+    },
+)
+
+
+@contextlib.contextmanager
+def _quiet_sqlglot() -> Iterator[None]:
+    """sqlglot logs a warning when it falls back to an opaque command; we raise instead."""
+    logger = logging.getLogger("sqlglot")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _parse(sql: str) -> list[exp.Expr]:
+    dialect = SQLite()
+    try:
+        with _quiet_sqlglot():
+            trees = _Parser(dialect=dialect).parse(dialect.tokenize(sql), sql)
+    except SqlglotError as exc:
+        raise TranspileError(f"not parseable as SQLite: {str(exc).splitlines()[0]}") from exc
+    return [t for t in trees if t is not None]
+
+
+def _render(tree: exp.Expr) -> str:
+    try:
+        return tree.sql(dialect="postgres", unsupported_level=ErrorLevel.RAISE)
+    except SqlglotError as exc:
+        raise TranspileError(f"sqlglot cannot render it for PostgreSQL: {exc}") from exc
+
+
+def _convert(tree: exp.Expr) -> exp.Expr:
+    _refuse_sqlite_only(tree)
+    tree = _rewrite(tree)
+    _refuse_leftovers(tree)
+    return tree
+
+
+# ---------------------------------------------------------------------------- refusals
+
+_SQLITE_ONLY_FUNCTIONS = frozenset(
+    {
+        "changes",
+        "char",
+        "date",
+        "datetime",
+        "format",
+        "glob",
+        "iif",
+        "ifnull",
+        "instr",
+        "json_array_length",
+        "json_each",
+        "json_group_object",
+        "json_insert",
+        "json_patch",
+        "json_quote",
+        "json_remove",
+        "json_replace",
+        "json_set",
+        "json_tree",
+        "json_type",
+        "json_valid",
+        "julianday",
+        "last_insert_rowid",
+        "likelihood",
+        "likely",
+        "load_extension",
+        "printf",
+        "quote",
+        "randomblob",
+        "soundex",
+        "strftime",
+        "time",
+        "timediff",
+        "total",
+        "total_changes",
+        "typeof",
+        "unhex",
+        "unicode",
+        "unixepoch",
+        "unlikely",
+        "zeroblob",
+    }
+)
+_REFUSED_NODES: dict[type[exp.Expr], str] = {
+    exp.Pragma: "PRAGMA has no PostgreSQL meaning",
+    exp.Typeof: "typeof() is SQLite's storage class; PostgreSQL has none",
+    exp.Hex: "hex() has no PostgreSQL function with the same result",
+    exp.Unhex: "unhex() has no PostgreSQL function with the same result",
+}
+
+
+def _refuse_sqlite_only(tree: exp.Expr) -> None:
+    if isinstance(tree, exp.Command):
+        words = f"{tree.name} {tree.expression.name if tree.expression else ''}".split()
+        raise TranspileError(f"SQLite-only or unsupported statement: {' '.join(words[:3])} ...")
+    for node in tree.walk():
+        reason = _REFUSED_NODES.get(type(node))
+        if reason:
+            raise TranspileError(reason)
+        if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
+            raise TranspileError(f"table-valued function {node.this.name}() is SQLite-only")
+        if isinstance(node, exp.Table) and node.name.lower().startswith("sqlite_"):
+            raise TranspileError(f"SQLite catalog table {node.name} has no PostgreSQL meaning")
+        if isinstance(node, exp.Column) and node.name.lower() in {"rowid", "_rowid_", "oid"}:
+            raise TranspileError(f"{node.name} (SQLite's rowid) has no PostgreSQL equivalent")
+        if isinstance(node, exp.Anonymous) and node.name.lower().startswith(("pragma_", "sqlite_")):
+            raise TranspileError(f"{node.name}() is SQLite-only")
+        if isinstance(node, exp.Insert) and node.args.get("alternative") not in (
+            None,
+            "IGNORE",
+            "ABORT",
+        ):
+            raise TranspileError(
+                f"INSERT OR {node.args['alternative']} has no faithful PostgreSQL form"
+            )
+
+
+def _refuse_leftovers(tree: exp.Expr) -> None:
+    """After rewriting: a SQLite function left over would fail, or mean something else."""
+    for node in tree.walk():
+        if isinstance(node, exp.Anonymous) and node.name.lower() in _SQLITE_ONLY_FUNCTIONS:
+            raise TranspileError(f"{node.name}() has no supported PostgreSQL translation")
+        if isinstance(node, exp.Glob):
+            raise TranspileError("GLOB with a non-literal pattern is not translated")
+        if isinstance(node, exp.Collate):
+            raise TranspileError(
+                f"COLLATE {node.expression.sql()} is only translated in comparisons and ORDER BY"
+            )
+
+
+# ---------------------------------------------------------------------------- rewrites
+
+
+def _rewrite(tree: exp.Expr) -> exp.Expr:
+    """Every meaning-preserving rewrite, children before their parents."""
+    for ident in tree.find_all(exp.Identifier):
+        _normalise(ident)
+    for node in reversed(list(tree.walk(bfs=False))):
+        parent, key, index = node.parent, node.arg_key, node.index
+        new = _rewrite_node(node)  # may wrap `node`, which then has a new parent
+        if new is None or new is node:
+            continue
+        if parent is None or key is None:
+            tree = new
+        else:
+            parent.set(key, new, index)
+    for node in list(tree.walk()):
+        _fix_conditions(node)
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    for select in list(tree.find_all(exp.Select)):
+        _inline_aliases(select)
+        _aggregate_bare_columns(select, ctes)
+    n = 0
+    for sub in list(tree.find_all(exp.Subquery)):  # PostgreSQL < 16 wants them named
+        if isinstance(sub.parent, (exp.From, exp.Join)) and not sub.alias:
+            n += 1
+            sub.set("alias", exp.TableAlias(this=exp.to_identifier(f"_sub{n}")))
+    return tree
+
+
+def _as_condition(node: exp.Expr | None) -> None:
+    """SQLite takes any number as a condition; PostgreSQL wants a boolean: ``x <> 0``."""
+    if node is None:
+        return
+    inner = node
+    while isinstance(inner, (exp.Paren, exp.Coalesce)):  # COALESCE(a = b, ...) from `IS`
+        inner = inner.this
+    if isinstance(inner, _CONDITIONS) or (isinstance(inner, exp.Literal) and inner.is_string):
+        return
+    node.replace(exp.NEQ(this=node.copy(), expression=exp.Literal.number(0)))
+
+
+def _fix_conditions(node: exp.Expr) -> None:
+    if isinstance(node, (exp.Where, exp.Having, exp.CheckColumnConstraint)):
+        _as_condition(node.this)
+    elif isinstance(node, exp.Join):
+        _as_condition(node.args.get("on"))
+    elif isinstance(node, exp.Case) and node.this is None:
+        for branch in node.args.get("ifs") or []:
+            _as_condition(branch.this)
+    elif isinstance(node, exp.If) and not isinstance(node.parent, exp.Case):
+        _as_condition(node.this)
+    elif isinstance(node, exp.Connector):
+        _as_condition(node.this)
+        _as_condition(node.expression)
+    elif isinstance(node, exp.Not):
+        _as_condition(node.this)
+
+
+def _rewrite_node(node: exp.Expr) -> exp.Expr | None:
+    """The replacement of `node` (None: none, or changed in place)."""
+    numeric = False
+    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
+        parent = node.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        numeric = isinstance(parent, _NUMERIC_CONTEXT)
+    new = _rewrite_one(node)
+    return _cast(new or node, "INTEGER") if numeric else new  # SQLite's true is 1
+
+
+def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
+    if isinstance(node, (exp.Like, exp.Glob)):
+        new: exp.Expr
+        if isinstance(node, exp.Like):  # SQLite's LIKE ignores ASCII case
+            new = exp.ILike(this=node.this, expression=node.expression)
+        else:
+            pattern = _glob_regex(_literal_text(node.expression, "a GLOB pattern"))
+            new = exp.RegexpLike(this=node.this, expression=exp.Literal.string(pattern))
+        return exp.Not(this=new) if node.args.get("negate") else new
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        _numeric_operands(node)
+    if isinstance(node, exp.Collate):
+        return _collate(node)
+    if isinstance(node, exp.Round):
+        args = [_cast(node.this, "NUMERIC")]  # rounds half away from zero, as SQLite
+        if node.args.get("decimals") is not None:
+            args.append(node.args["decimals"])
+        return _cast(_func("ROUND", *args), _DOUBLE)
+    if isinstance(node, exp.Avg):  # SQLite's avg is a float; PostgreSQL's of ints is numeric
+        return None if isinstance(node.parent, exp.Window) else _cast(node, _DOUBLE)
+    if isinstance(node, exp.Window) and isinstance(node.this, exp.Avg):
+        return _cast(node, _DOUBLE)
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        return _scalar_min_max(node)
+    if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
+        return _null_safe(node)
+    if isinstance(node, (exp.JSONArrayAgg, exp.JSONObject)) or (
+        isinstance(node, exp.Anonymous) and node.name.upper() in ("JSON_ARRAY", "JSON")
+    ):
+        new = _rewrite_json(node)
+        return new if _inside_json(node) else _cast(new, "TEXT")
+    if isinstance(node, exp.GroupConcat):
+        return _group_concat(node)
+    if isinstance(node, exp.Cast):
+        return _cast_sqlite(node)
+    if isinstance(node, exp.Div):
+        divisor = node.expression
+        if isinstance(divisor, exp.Literal) and not divisor.is_string and float(divisor.this):
+            node.set("safe", False)  # no NULLIF(2, 0) around a constant divisor
+        return None
+    if isinstance(node, exp.CurrentDate):
+        return _func("TO_CHAR", _now(), exp.Literal.string("YYYY-MM-DD"))
+    if isinstance(node, exp.CurrentTimestamp):
+        return _func("TO_CHAR", _now(), exp.Literal.string("YYYY-MM-DD HH24:MI:SS"))
+    if isinstance(node, exp.CurrentTime):
+        return _func("TO_CHAR", _now(), exp.Literal.string("HH24:MI:SS"))
+    if isinstance(node, exp.Anonymous):
+        return _anonymous(node)
+    if isinstance(node, exp.Insert) and node.args.get("alternative"):
+        if node.args["alternative"] == "IGNORE":
+            node.set("conflict", exp.OnConflict(action=exp.Var(this="DO NOTHING")))
+        node.set("alternative", None)
+    elif isinstance(node, exp.OnConflict):
+        _on_conflict(node)
+    elif isinstance(node, exp.Create) and node.kind == "INDEX":
+        for ordered in node.find_all(exp.Ordered):
+            ordered.set("nulls_first", None)
+    elif isinstance(node, exp.ColumnDef) and node.args.get("kind") is not None:
+        _column_def(node)
+    elif isinstance(node, exp.Create) and node.kind == "TABLE":
+        _table_identity(node)
+    return None
+
+
+def _numeric_operands(node: exp.Binary) -> None:
+    """SQLite does arithmetic on text by reading it as a number (``strftime('%Y', a) -
+    strftime('%Y', b)``); PostgreSQL has no text arithmetic."""
+    for operand in (node.this, node.expression):
+        inner = operand.this if isinstance(operand, exp.Paren) else operand
+        if _is_to_char(inner):
+            fmt = inner.expressions[1].name if len(inner.expressions) > 1 else ""
+            digits = re.fullmatch(r"(?:YYYY|MM|DD|HH24|MI|SS|DDD)+", fmt) is not None
+            operand.replace(_cast(operand.copy(), "BIGINT" if digits else "NUMERIC"))
+
+
+def _sources(select: exp.Select) -> list[exp.Expr]:
+    first = select.args.get("from_") or select.args.get("from")
+    items = [first.this] if first is not None else []
+    return items + [j.this for j in select.args.get("joins") or []]
+
+
+def _inline_aliases(select: exp.Select) -> None:
+    """SQLite lets WHERE and HAVING (and expressions in ORDER BY) use an output alias;
+    PostgreSQL does not: such a reference becomes the aliased expression. A name also used
+    as a column inside the projections is taken to be a column, as SQLite would."""
+    aliases = {
+        p.alias: p.this
+        for p in select.expressions
+        if isinstance(p, exp.Alias)
+        and not (isinstance(p.this, exp.Column) and p.this.name == p.alias)
+    }
+    if not aliases:
+        return
+    used = {c.name for p in select.expressions for c in p.find_all(exp.Column)}
+    places = [select.args.get("where"), select.args.get("having")]
+    order = select.args.get("order")
+    places += [
+        o for o in (order.expressions if order else []) if not isinstance(o.this, exp.Column)
+    ]
+    for place in places:
+        for column in list(place.find_all(exp.Column)) if place is not None else []:
+            if not column.table and column.name in aliases and column.name not in used:
+                column.replace(exp.Paren(this=aliases[column.name].copy()))
+
+
+def _aggregate_bare_columns(select: exp.Select, ctes: set[str]) -> None:
+    """SQLite lets a GROUP BY query show columns it does not group by (from any row of the
+    group). PostgreSQL accepts that only for a table whose primary key is grouped; where it
+    certainly refuses (a column of a subquery, a CTE or a table none of whose columns is
+    grouped) the column becomes MIN(column), the value SQLite shows whenever it depends on
+    the group. Not done when a lone MIN/MAX makes SQLite show the columns of its row."""
+    group = select.args.get("group")
+    if group is None or not group.expressions:
+        return
+    aggregates = [a for p in select.expressions for a in p.find_all(exp.AggFunc)]
+    if len(aggregates) == 1 and isinstance(aggregates[0], (exp.Min, exp.Max)):
+        return
+    sources = {s.alias_or_name: s for s in _sources(select)}
+    keys = {k.sql(dialect="postgres") for k in group.expressions}
+    key_names = {k.name for k in group.expressions if isinstance(k, exp.Column)}
+    grouped_tables = {k.table for k in group.expressions if isinstance(k, exp.Column)}
+    positions = {int(k.name) - 1 for k in group.expressions if isinstance(k, exp.Literal)}
+    if any(isinstance(k, exp.Column) and not k.table for k in group.expressions):
+        grouped_tables |= set(sources) if len(sources) == 1 else set()
+
+    def refused(alias: str) -> bool:
+        source = sources.get(alias)
+        derived = isinstance(source, exp.Subquery) or (
+            isinstance(source, exp.Table) and source.name in ctes
+        )
+        return source is not None and (derived or alias not in grouped_tables)
+
+    def bare(column: exp.Column) -> bool:
+        if column.sql(dialect="postgres") in keys or column.name in key_names:
+            return False
+        if column.find_ancestor(exp.AggFunc, exp.Subquery, exp.Window) is not None:
+            return False
+        if column.table:
+            return refused(column.table)
+        return len(sources) == 1 and refused(next(iter(sources)))
+
+    outputs = set()
+    for i, projection in enumerate(select.expressions):
+        outputs.add(projection.alias_or_name)
+        if i in positions or projection.alias_or_name in key_names:
+            continue  # grouped by its position or its output name
+        if isinstance(projection, exp.Column) and bare(projection):
+            projection.replace(exp.alias_(exp.Min(this=projection.copy()), projection.name))
+            continue
+        for column in list(projection.find_all(exp.Column)):
+            if bare(column):
+                column.replace(exp.Min(this=column.copy()))
+    order = select.args.get("order")
+    for key in order.expressions if order else []:
+        for column in list(key.find_all(exp.Column)):
+            if (column.table or column.name not in outputs) and bare(column):
+                column.replace(exp.Min(this=column.copy()))
+
+
+def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expr:
+    """SQLite's ``a IS b``: ``COALESCE(a = b, a IS NULL AND b IS NULL)``. Not ``IS NOT
+    DISTINCT FROM``: the official PostgreSQL evaluator deletes every DISTINCT word before
+    comparing results (`birdrl.evaluation.pg_helpers.remove_distinct`)."""
+    a, b = node.this, node.expression
+    both_null = exp.And(
+        this=exp.Is(this=a.copy(), expression=exp.Null()),
+        expression=exp.Is(this=b.copy(), expression=exp.Null()),
+    )
+    same = exp.Coalesce(this=exp.EQ(this=a, expression=b), expressions=[both_null])
+    return same if isinstance(node, exp.NullSafeEQ) else exp.Not(this=same)
+
+
+_JSON_PARENTS = (exp.JSONArrayAgg, exp.JSONObject, exp.JSONKeyValue)
+
+
+def _inside_json(node: exp.Expr) -> bool:
+    """Whether `node` is an argument of a JSON function (where SQLite keeps it JSON)."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if isinstance(parent, _JSON_PARENTS):
+        return True
+    names = ("JSON_ARRAY", "JSON", "JSON_BUILD_ARRAY", "JSON_BUILD_OBJECT")
+    return isinstance(parent, exp.Anonymous) and parent.name.upper() in names
+
+
+def _rewrite_json(node: exp.Expr) -> exp.Expr:
+    """SQLite's JSON functions as PostgreSQL's; the caller makes the outermost one text, as
+    SQLite returns text (a test reading it with json.loads gets a string)."""
+    if isinstance(node, exp.JSONObject):
+        pairs: list[exp.Expr] = []
+        for kv in node.expressions:
+            pairs.extend((kv.this, kv.expression))
+        return _func("JSON_BUILD_OBJECT", *pairs)  # JSON_OBJECT(k: v) needs PostgreSQL 16
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "JSON_ARRAY":
+        return _func("JSON_BUILD_ARRAY", *node.expressions)
+    if isinstance(node, exp.Anonymous):  # json(x): x parsed as JSON
+        if len(node.expressions) != 1:
+            raise TranspileError("json() takes one argument")
+        return _cast(node.expressions[0], "JSON")
+    return node
+
+
+def _collate(node: exp.Collate) -> exp.Expr:
+    collation = node.expression.name.upper()
+    if collation == "BINARY":
+        return node.this  # PostgreSQL's C collation compares bytes, as BINARY does
+    if collation != "NOCASE":
+        raise TranspileError(f"COLLATE {collation} has no PostgreSQL equivalent")
+    parent = node.parent
+    if isinstance(parent, exp.Ordered):
+        return exp.Lower(this=node.this)
+    if isinstance(parent, _COMPARISONS):
+        other = parent.expression if node is parent.this else parent.this
+        if not isinstance(other, exp.Lower):
+            other.replace(exp.Lower(this=other.copy()))
+        return exp.Lower(this=node.this)
+    raise TranspileError("COLLATE NOCASE is only translated in comparisons and ORDER BY")
+
+
+def _glob_regex(pattern: str) -> str:
+    out, i = ["^"], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[":
+            first = i + 2 if pattern[i + 1 : i + 2] in ("]", "^") else i + 1
+            end = pattern.find("]", first + (1 if pattern[i + 1 : i + 3] == "^]" else 0))
+            if end < 0:
+                raise TranspileError(f"GLOB pattern {pattern!r} has an unclosed [")
+            out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out) + "$"
+
+
+def _scalar_min_max(node: exp.Least | exp.Greatest) -> exp.Expr:
+    """SQLite's scalar min/max is NULL if any argument is; LEAST/GREATEST skip NULLs."""
+    args = [node.this, *node.expressions]
+    nullable = [a for a in args if not (isinstance(a, exp.Literal) and not a.is_string)]
+    if not nullable:
+        return node
+    test: exp.Expr = exp.Is(this=nullable[0].copy(), expression=exp.Null())
+    for a in nullable[1:]:
+        test = exp.Or(this=test, expression=exp.Is(this=a.copy(), expression=exp.Null()))
+    return exp.Case(ifs=[exp.If(this=test, true=exp.Null())], default=node)
+
+
+def _group_concat(node: exp.GroupConcat) -> exp.Expr:
+    target = node.this
+    if isinstance(target, exp.Distinct):
+        target.set("expressions", [_cast(e, "TEXT") for e in target.expressions])
+    elif isinstance(target, exp.Order):
+        raise TranspileError("group_concat(... ORDER BY ...) is not translated")
+    else:
+        node.set("this", _cast(target, "TEXT"))  # string_agg wants text
+    if node.args.get("separator") is None:
+        node.set("separator", exp.Literal.string(","))
+    return node
+
+
+def _cast_sqlite(node: exp.Cast) -> exp.Expr | None:
+    to = node.to
+    if to.is_type(*exp.DataType.INTEGER_TYPES):
+        inner = node.this
+        if isinstance(inner, (exp.Literal, *_TEXTUAL)) or _is_to_char(inner):
+            return _cast(inner, "BIGINT")
+        return _cast(_func("TRUNC", inner), "BIGINT")  # SQLite truncates, PostgreSQL rounds
+    if to.is_type(*exp.DataType.TEXT_TYPES):
+        return _cast(node.this, "TEXT")  # SQLite never cuts to a declared length
+    if to.is_type(exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE):
+        return _cast(node.this, _DOUBLE)  # SQLite's REAL is 8 bytes
+    if to.is_type(*exp.DataType.TEMPORAL_TYPES):
+        raise TranspileError(f"CAST(... AS {to.sql()}) is numeric affinity in SQLite")
+    return None
+
+
+def _is_to_char(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.upper() == "TO_CHAR"
+
+
+def _on_conflict(node: exp.OnConflict) -> None:
+    keys = node.args.get("conflict_keys") or []
+    node.set("conflict_keys", [k.this if isinstance(k, exp.Ordered) else k for k in keys])
+    insert = node.parent
+    if not isinstance(insert, exp.Insert):
+        return
+    table = insert.this.this if isinstance(insert.this, exp.Schema) else insert.this
+    if not isinstance(table, exp.Table):
+        return
+    for assignment in node.expressions:  # SQLite resolves bare names to the existing row
+        value = assignment.args.get("expression")
+        for column in value.find_all(exp.Column) if value is not None else ():
+            if not column.table:
+                column.set("table", exp.to_identifier(table.alias_or_name))
+
+
+def _column_def(node: exp.ColumnDef) -> None:
+    node.set(
+        "kind", exp.DataType.build(pg_type(node.args["kind"].sql("sqlite")), dialect="postgres")
+    )
+    for c in node.args.get("constraints") or []:
+        if isinstance(c.kind, exp.CollateColumnConstraint):
+            raise TranspileError("a column COLLATE has no PostgreSQL equivalent here")
+
+
+def _table_identity(create: exp.Create) -> None:
+    """A single INTEGER PRIMARY KEY column is SQLite's rowid: it numbers new rows itself."""
+    schema = create.this
+    if not isinstance(schema, exp.Schema):
+        return
+    table_pk = [p for p in schema.expressions if isinstance(p, exp.PrimaryKey)]
+    for col in schema.expressions:
+        if not isinstance(col, exp.ColumnDef):
+            continue
+        constraints = col.args.get("constraints") or []
+        inline = any(isinstance(c.kind, exp.PrimaryKeyColumnConstraint) for c in constraints)
+        table_level = bool(table_pk) and [i.name for i in table_pk[0].expressions] == [col.name]
+        kept = [c for c in constraints if not isinstance(c.kind, exp.AutoIncrementColumnConstraint)]
+        if (inline or table_level) and col.args["kind"].is_type("int", "bigint"):
+            identity = exp.GeneratedAsIdentityColumnConstraint(this=False)
+            kept.insert(0, exp.ColumnConstraint(kind=identity))
+        col.set("constraints", kept)

@@ -1,0 +1,80 @@
+"""The bundled benchmark scored on PostgreSQL end to end: the acceptance path of
+`birdrl eval --dialect postgresql --agent gold`, the environment on PostgreSQL replicas,
+and the multi-dialect table of the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from birdrl.agents.evaluate import evaluate_agent
+from birdrl.agents.registry import make_agent
+from birdrl.cli import app
+from birdrl.db.postgres.cluster import LocalCluster
+from birdrl.evaluation.dialects import DialectRun, open_dialect
+from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
+from birdrl.tasks.benchmark import open_benchmark
+
+pytest.importorskip("psycopg")
+
+
+@pytest.fixture(scope="module")
+def run(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
+    bench = open_benchmark("bundled:test")
+    with open_dialect(bench, "postgresql", EvalConfig(workers=2), pg_dsn=pg_cluster.dsn) as run:
+        yield run
+
+
+def test_transpiled_test_set_validates_and_drops_are_counted(run: DialectRun) -> None:
+    assert run.dialect == "postgresql"
+    assert run.source_tasks == 48
+    assert len(run.tasks) + len(run.dropped) == 48
+    assert len(run.tasks) >= 40, run.dropped
+    assert all(reason for reason in run.dropped.values())
+    assert all(t.extra["dialect"] == "postgresql" for t in run.tasks)
+    assert all(name.startswith("birdrl_tpl_") for name in run.databases.values())
+
+
+def test_gold_scores_100_and_issue_0_on_postgresql(run: DialectRun) -> None:
+    gold = evaluate_suite(
+        run.tasks, run.databases, scripted_predictions(run.tasks, "gold"), run.config
+    )
+    issue = evaluate_suite(
+        run.tasks, run.databases, scripted_predictions(run.tasks, "issue"), run.config
+    )
+    assert gold.summary.overall.rate == 100.0
+    assert gold.summary.infra_errors == 0
+    assert issue.summary.overall.success == 0
+
+
+def test_explorer_acts_in_the_environment_on_postgresql(run: DialectRun) -> None:
+    tasks = run.tasks[:6]
+    outcome = evaluate_agent(tasks, run.databases, make_agent("explorer"), None, run.config)
+    assert outcome.summary.overall.rate == 100.0
+    first = outcome.trajectories[0]
+    system, user = first.messages[0]["content"], first.messages[1]["content"]
+    assert "PostgreSQL" in system and "SQLite" not in system
+    assert "CREATE TABLE" in user  # the schema, rendered from the template database
+    calls = [m for t in outcome.trajectories for m in t.messages if m["role"] == "tool"]
+    assert calls, "the explorer ran SQL on its replicas"
+
+
+def test_cli_prints_one_row_per_dialect(pg_cluster: LocalCluster) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["eval", "--dialects", "sqlite,postgresql", "--agent", "gold", "--pg-dsn", pg_cluster.dsn],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "success rate by dialect" in result.output
+    rows = [line for line in result.output.splitlines() if "postgresql" in line and "100.0" in line]
+    assert rows, result.output
+
+
+def test_unknown_dialect_is_a_clear_error() -> None:
+    result = CliRunner().invoke(app, ["eval", "--dialect", "oracle", "--agent", "gold"])
+    assert result.exit_code != 0
+    assert "unknown dialect 'oracle'" in result.output
