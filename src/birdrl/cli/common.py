@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from birdrl.errors import BirdrlError
 
@@ -19,7 +20,10 @@ def clean_errors() -> Iterator[None]:
     try:
         yield
     except BirdrlError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # the message is text, not markup: "pip install 'birdrl[postgresql]'" must survive
+        Console(stderr=True).print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(1) from None
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from birdrl.db.postgres.server import PostgresServer
+from birdrl.db.postgres.server import PostgresServer, require_psycopg
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import Benchmark
@@ -89,6 +89,7 @@ def open_dialect(
     if dialect == "sqlite":
         yield DialectRun("sqlite", tasks, dict(bench.databases), config, source_tasks=len(tasks))
         return
+    require_psycopg()
     with contextlib.ExitStack() as stack:
         if pg_dsn is None:
             from birdrl.db.postgres.cluster import LocalCluster

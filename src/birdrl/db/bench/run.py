@@ -347,6 +347,9 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
 def _postgres(
     config: BenchConfig, paths: Mapping[str, Path], report: ProgressCallback
 ) -> contextlib.AbstractContextManager[PGBench]:
+    from birdrl.db.postgres.server import require_psycopg
+
+    require_psycopg()
     from birdrl.db.bench.postgres import postgres_bench
 
     report(BenchProgress("templates", "postgresql", 0, 1))

@@ -12,7 +12,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from birdrl.db.postgres.backend import PostgresBackend
 
-__all__ = ["PostgresServer"]
+__all__ = ["PostgresServer", "require_psycopg"]
+
+
+def require_psycopg() -> None:
+    """Raise a clear error when the PostgreSQL extra is not installed."""
+    import importlib.util
+
+    from birdrl.errors import BirdrlError
+
+    if importlib.util.find_spec("psycopg") is None:
+        raise BirdrlError(
+            "PostgreSQL support needs psycopg: pip install 'birdrl[postgresql]' "
+            "(or pip install 'psycopg[binary]')"
+        )
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class PostgresServer:
 
     def backend(self, *, ephemeral: bool = False) -> PostgresBackend:
         """A backend for one pool; `ephemeral` drops its replica databases on close."""
+        require_psycopg()
         from birdrl.db.postgres.backend import PostgresBackend
 
         return PostgresBackend(
