@@ -126,7 +126,9 @@ def eval_command(
         if mode not in ("agent", "single"):
             raise BirdrlError(f"--mode must be agent or single, got {mode!r}")
         names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
-        bench = open_benchmark(tasks, db_root, skip_invalid=skip_invalid)
+        bench = open_benchmark(
+            tasks, db_root, skip_invalid=skip_invalid, server_databases=names == ["postgresql"]
+        )
         render_skipped(bench, console)
         config = EvalConfig(official_quirks=not fix_quirks)
         if workers is not None:

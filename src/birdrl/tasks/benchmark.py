@@ -70,11 +70,17 @@ def bundled_task_file(split: str) -> Path:
 
 
 def open_benchmark(
-    source: str | Path, db_root: str | Path | None = None, *, skip_invalid: bool = False
+    source: str | Path,
+    db_root: str | Path | None = None,
+    *,
+    skip_invalid: bool = False,
+    server_databases: bool = False,
 ) -> Benchmark:
     """Load tasks from `source` (a file, ``hf:NAME[:SPLIT]`` or ``bundled:SPLIT``) and find
     their databases under `db_root` (for ``bundled:``, the bundled databases are built into
-    their cache on first use when `db_root` is not given)."""
+    their cache on first use when `db_root` is not given). With `server_databases` and no
+    `db_root`, a task file's databases live on a database server (e.g. official PostgreSQL
+    task files): `databases` stays empty and the caller resolves them there."""
     text = str(source)
     if text.startswith("bundled:"):
         path: str | Path = bundled_task_file(text.split(":", 1)[1])
@@ -85,6 +91,8 @@ def open_benchmark(
             db_root = default_db_root()
     else:
         path = source
+        if db_root is None and server_databases:
+            return Benchmark(text, load_tasks(path, skip_invalid=skip_invalid), {})
         if db_root is None:
             raise BenchmarkSpecError(
                 f"tasks from {text} need a database root (--db-root DIR holding "
