@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +32,22 @@ __all__ = ["PoolClient", "RemoteLease", "RemotePool", "RemoteTemplate"]
 
 class _Conn:
     def __init__(self, path: Path, timeout: float | None) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(str(path))
-            uid = _peer_uid(self.sock)
-        except OSError as exc:
-            self.sock.close()
-            raise ServiceUnavailableError(f"no pool service at {path}: {exc}") from exc
+        deadline = time.monotonic() + (timeout if timeout is not None else 60.0)
+        while True:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            try:
+                self.sock.connect(str(path))
+                uid = _peer_uid(self.sock)
+                break
+            except BlockingIOError as exc:  # the server's backlog is full: a busy server
+                self.sock.close()
+                if time.monotonic() > deadline:
+                    raise ServiceUnavailableError(f"pool service at {path} is busy: {exc}") from exc
+                time.sleep(0.01)
+            except OSError as exc:
+                self.sock.close()
+                raise ServiceUnavailableError(f"no pool service at {path}: {exc}") from exc
         if uid not in (None, os.getuid()):  # someone else's server: never trust its paths
             self.sock.close()
             raise ServiceUnavailableError(f"{path} is served by uid {uid}, not by this user")

@@ -234,6 +234,7 @@ def _where(lease: Lease) -> dict[str, Any]:
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True  # a client blocked in acquire must not hold up close()
     block_on_close = False
+    request_queue_size = 128  # many trainer threads connect at once (socketserver's default: 5)
     service: PoolServer
 
 
