@@ -10,10 +10,11 @@ counters of our threads stay near zero for these strategies.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,22 @@ from birdrl.db.postgres.server import PostgresServer
 from birdrl.db.postgres.templates import sqlite_templates_on_server
 from birdrl.db.sandbox import ExecResult
 
-__all__ = ["PGBench", "PGCopyRunner", "postgres_bench"]
+__all__ = ["PGBench", "PGCopyRunner", "pg_workload", "postgres_bench"]
+
+
+def pg_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
+    """The SQLite-written workload in PostgreSQL (`birdrl.tasks.transpile`), so the pg-*
+    strategies replay the same reads and writes; a statement with no translation is kept
+    as it is (it then fails on the server and is reported as an SQL error)."""
+    from birdrl.tasks.transpile import TranspileError, transpile_sql
+
+    def one(sql_text: str) -> str:
+        try:
+            return transpile_sql(sql_text)
+        except TranspileError:
+            return sql_text
+
+    return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
 
 
 class PGCopyRunner:
@@ -87,6 +103,8 @@ class PGBench:
     backend: PostgresBackend
     templates: dict[str, str]
     sizes: dict[str, int] = field(default_factory=dict)
+    workload: list[Trajectory] = field(default_factory=list)
+    """The workload in PostgreSQL (see `pg_workload`)."""
 
     def copy_runner(self, stats: IOStats) -> PGCopyRunner:
         return PGCopyRunner(self, stats)
@@ -102,7 +120,9 @@ class PGBench:
 
 
 @contextlib.contextmanager
-def postgres_bench(pg_dsn: str | None, paths: Mapping[str, Path]) -> Iterator[PGBench]:
+def postgres_bench(
+    pg_dsn: str | None, paths: Mapping[str, Path], workload: Sequence[Trajectory] = ()
+) -> Iterator[PGBench]:
     """Load `paths` (SQLite templates) into the server at `pg_dsn`, or into a throwaway local
     cluster; the loaded templates are dropped at the end."""
     with contextlib.ExitStack() as stack:
@@ -119,7 +139,7 @@ def postgres_bench(pg_dsn: str | None, paths: Mapping[str, Path]) -> Iterator[PG
         for db_id, name in templates.items():
             rows = backend.query("SELECT pg_catalog.pg_database_size(%s)", (name,))
             sizes[db_id] = int(rows[0][0])
-        yield PGBench(server, backend, templates, sizes)
+        yield PGBench(server, backend, templates, sizes, pg_workload(workload))
 
 
 def _drop(backend: PostgresBackend, names: list[str]) -> None:

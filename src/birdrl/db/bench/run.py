@@ -293,7 +293,7 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
         results = []
         with contextlib.ExitStack() as stack:
             pg = (
-                stack.enter_context(_postgres(config, paths, report))
+                stack.enter_context(_postgres(config, paths, workload, report))
                 if set(config.strategies) & set(PG_STRATEGIES)
                 else None
             )
@@ -305,11 +305,13 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
                     elif name == PG_BASELINE:
                         assert pg is not None
                         result = _run_baseline(
-                            config, paths, workload, root, report, pg=pg, name=PG_BASELINE
+                            config, paths, pg.workload, root, report, pg=pg, name=PG_BASELINE
                         )
                     elif name in PG_STRATEGIES:
                         assert pg is not None
-                        result = _run_pool(config, name, pg.templates, workload, root, report, pg)
+                        result = _run_pool(
+                            config, name, pg.templates, pg.workload, root, report, pg
+                        )
                     else:
                         result = _run_pool(config, name, paths, workload, root, report)
                 except (OSError, BirdrlError) as exc:
@@ -345,7 +347,10 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
 
 
 def _postgres(
-    config: BenchConfig, paths: Mapping[str, Path], report: ProgressCallback
+    config: BenchConfig,
+    paths: Mapping[str, Path],
+    workload: Sequence[Trajectory],
+    report: ProgressCallback,
 ) -> contextlib.AbstractContextManager[PGBench]:
     from birdrl.db.postgres.server import require_psycopg
 
@@ -353,7 +358,7 @@ def _postgres(
     from birdrl.db.bench.postgres import postgres_bench
 
     report(BenchProgress("templates", "postgresql", 0, 1))
-    return postgres_bench(config.pg_dsn, paths)
+    return postgres_bench(config.pg_dsn, paths, workload)
 
 
 def _make_templates(
