@@ -22,7 +22,6 @@ granted to it (the bundled loader creates them owned by it).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 import threading
@@ -38,6 +37,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from birdrl.db.errors import PoolConfigError, PoolError, RestoreError, TemplateError
 from birdrl.db.iostats import IOStats
+from birdrl.db.postgres.inspect import describe, fingerprint, sequence_state
 from birdrl.db.postgres.sandbox import PGSandbox
 from birdrl.db.replica import read_state, write_state
 from birdrl.db.sandbox import SandboxLimits
@@ -47,28 +47,6 @@ __all__ = ["PGCounters", "PGReplica", "PGTemplate", "PostgresBackend"]
 _ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SETTLE_TIMEOUT_S = 10.0
 _ADMIN_LOCK_TIMEOUT_MS = 5000
-_SEQUENCE_NAMES = (
-    "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c"
-    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-    " WHERE c.relkind = 'S' AND n.nspname NOT LIKE 'pg_temp%' ORDER BY 1"
-)
-
-
-def sequence_state(conn: psycopg.Connection[Any]) -> str:
-    """``name=last_value/is_called`` of every (non-temporary) sequence, one query."""
-    names = [r[0] for r in conn.execute(_SEQUENCE_NAMES.encode()).fetchall()]
-    if not names:
-        return ""
-    parts = sql.SQL(" UNION ALL ").join(
-        sql.SQL("SELECT {}, last_value::text, is_called FROM {}").format(
-            sql.Literal(name), sql.SQL(name)
-        )
-        for name in names
-    )
-    rows = conn.execute(parts).fetchall()
-    return ",".join(f"{n}={v}/{c}" for n, v, c in rows)
-
-
 _HARDEN_FUNCTIONS = (
     # one session of the sandbox role could signal another (same role)
     "pg_catalog.pg_cancel_backend(integer)",
@@ -78,28 +56,6 @@ _HARDEN_FUNCTIONS = (
     "pg_catalog.pg_stat_get_backend_activity(integer)",
 )
 _HARDEN_RELATIONS = ("pg_catalog.pg_stat_activity",)
-_FINGERPRINT = (
-    "SELECT table_schema, table_name, column_name, ordinal_position, data_type, column_default,"
-    " is_nullable FROM information_schema.columns"
-    " WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 4",
-    "SELECT schemaname, tablename, indexname, indexdef FROM pg_catalog.pg_indexes"
-    " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3",
-    "SELECT conrelid::regclass::text, conname, pg_catalog.pg_get_constraintdef(oid)"
-    " FROM pg_catalog.pg_constraint WHERE connamespace <> 'pg_catalog'::regnamespace ORDER BY 1, 2",
-    "SELECT schemaname, viewname, definition FROM pg_catalog.pg_views"
-    " WHERE schemaname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2",
-    "SELECT tgrelid::regclass::text, tgname, tgenabled FROM pg_catalog.pg_trigger"
-    " WHERE NOT tgisinternal ORDER BY 1, 2",
-    "SELECT n.nspname, p.proname, pg_catalog.md5(p.prosrc) FROM pg_catalog.pg_proc p"
-    " JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"
-    " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2, 3",
-    "SELECT n.nspname, c.relname, c.relkind, c.relowner::regrole::text, c.relacl::text"
-    " FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
-    " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')"
-    " AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%' ORDER BY 1, 2",
-    "SELECT nspname, nspowner::regrole::text, nspacl::text FROM pg_catalog.pg_namespace ORDER BY 1",
-    "SELECT proname, proacl::text FROM pg_catalog.pg_proc WHERE proacl IS NOT NULL ORDER BY 1, 2",
-)
 
 
 @dataclass(frozen=True)
@@ -388,29 +344,9 @@ class PostgresBackend:
             return sequence_state(conn)
 
     def fingerprint(self, dbname: str) -> str:
-        """SHA-256 of the logical content of `dbname`: schema (tables, columns, constraints,
-        indexes, views, triggers, functions), sequence positions and every table's rows (as
-        sorted text). Slow; for tests and audits, not for dirty detection."""
-        digest = hashlib.sha256()
+        """SHA-256 of the logical content of `dbname` (see `inspect.fingerprint`)."""
         with self.connect_admin(dbname) as conn:
-            for query in _FINGERPRINT:
-                for row in conn.execute(query.encode()):
-                    digest.update(repr(tuple(row)).encode())
-            digest.update(sequence_state(conn).encode())
-            tables = conn.execute(
-                b"SELECT format('%I.%I', table_schema, table_name) FROM information_schema.tables"
-                b" WHERE table_type = 'BASE TABLE'"
-                b" AND table_schema NOT IN ('pg_catalog', 'information_schema')"
-                b" AND table_schema NOT LIKE 'pg_temp%' AND table_schema NOT LIKE 'pg_toast%'"
-                b" ORDER BY 1"
-            ).fetchall()
-            for (table,) in tables:
-                row = conn.execute(
-                    f"SELECT count(*), md5(COALESCE(string_agg(t::text, chr(10) ORDER BY t::text), ''))"
-                    f" FROM {table} t".encode()
-                ).fetchone()
-                digest.update(f"{table}:{row}".encode())
-        return digest.hexdigest()
+            return fingerprint(conn)
 
     def harden(self, dbname: str) -> None:
         """Revoke from PUBLIC, in a template, what lets one sandbox session reach another:
@@ -488,7 +424,7 @@ class PGTemplate:
     def describe(self, sample_rows: int = 3) -> str:
         """CREATE TABLE / VIEW text of the template's public schema with a few sample rows
         per table (for prompts; read once as admin and cached)."""
-        return _describe(self.backend.admin_dsn, self.dbname, self.oid, sample_rows)
+        return describe(self.backend.admin_dsn, self.dbname, self.oid, sample_rows)
 
     def check_unchanged(self) -> None:
         """Raise `TemplateError` if rows of the template were written since it was opened."""
@@ -631,59 +567,6 @@ class PGReplica:
 
     def open_sandbox(self, limits: SandboxLimits) -> PGSandbox:
         return PGSandbox(self.locator, limits)
-
-
-@functools.lru_cache(maxsize=64)
-def _describe(admin_dsn: str, dbname: str, oid: int, sample_rows: int) -> str:
-    params = {**conninfo_to_dict(admin_dsn), "dbname": dbname}
-    parts: list[str] = []
-    with psycopg.connect(make_conninfo("", **params), autocommit=True, connect_timeout=30) as conn:
-        tables = conn.execute(
-            b"SELECT c.oid, c.relname, c.relkind FROM pg_catalog.pg_class c"
-            b" WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'v', 'p')"
-            b" ORDER BY c.relkind, c.relname"
-        ).fetchall()
-        for rel, name, kind in tables:
-            if kind == "v":
-                (definition,) = conn.execute(
-                    b"SELECT pg_catalog.pg_get_viewdef(%s::oid, true)", (rel,)
-                ).fetchone() or ("",)
-                parts.append(f"CREATE VIEW {name} AS\n{str(definition).strip()}")
-                continue
-            cols = conn.execute(
-                b"SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,"
-                b" pg_catalog.pg_get_expr(d.adbin, d.adrelid)"
-                b" FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d"
-                b" ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
-                b" WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-                (rel,),
-            ).fetchall()
-            lines = [
-                f"  {c} {t}{' NOT NULL' if nn else ''}{f' DEFAULT {d}' if d else ''}"
-                for c, t, nn, d in cols
-            ]
-            cons = conn.execute(
-                b"SELECT pg_catalog.pg_get_constraintdef(oid) FROM pg_catalog.pg_constraint"
-                b" WHERE conrelid = %s AND contype IN ('p', 'u', 'f', 'c') ORDER BY contype, conname",
-                (rel,),
-            ).fetchall()
-            lines += [f"  {c}" for (c,) in cons]
-            parts.append(f"CREATE TABLE {name} (\n" + ",\n".join(lines) + "\n);")
-            if sample_rows > 0:
-                cur = conn.execute(
-                    sql.SQL("SELECT * FROM {} LIMIT {}").format(
-                        _ident(name), sql.Literal(sample_rows)
-                    )
-                )
-                names = [d.name for d in cur.description or ()]
-                rows = cur.fetchall()
-                if rows:
-                    sample = "\n".join(
-                        "  " + ", ".join(f"{c}={v!r}"[:80] for c, v in zip(names, row, strict=True))
-                        for row in rows
-                    )
-                    parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
-    return "\n".join(parts)
 
 
 def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
