@@ -40,6 +40,8 @@ __all__ = [
     "Sandbox",
     "SandboxLimits",
     "checked_statements",
+    "failed_statement",
+    "finished",
     "split_statements",
 ]
 
@@ -194,27 +196,10 @@ class Sandbox:
             # sqlite3.Warning: "one statement at a time" on Python 3.10
             except (sqlite3.Error, sqlite3.Warning, OverflowError, MemoryError, ValueError) as exc:
                 kind, message = self._classify(exc)
-                where = (
-                    f"statement {index + 1} of {len(statements)}: " if len(statements) > 1 else ""
-                )
-                return ExecResult(
-                    rowcount=rowcount,
-                    error=where + message,
-                    error_kind=kind,
-                    statements=index,
-                    elapsed_s=time.perf_counter() - t0,
-                )
+                return failed_statement(index, len(statements), kind, message, rowcount, t0)
             finally:
                 guard.deadline = float("inf")
-        return ExecResult(
-            columns=last.get("columns", ()),
-            rows=last.get("rows", ()),
-            row_count=last.get("row_count"),
-            rowcount=rowcount,
-            truncated=last.get("truncated", False),
-            statements=len(statements),
-            elapsed_s=time.perf_counter() - t0,
-        )
+        return finished(last, rowcount, len(statements), t0)
 
     def _classify(self, exc: BaseException) -> tuple[ErrorKind, str]:
         guard = self._guard
@@ -267,6 +252,34 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def failed_statement(
+    index: int, total: int, kind: ErrorKind, message: str, rowcount: int, t0: float
+) -> ExecResult:
+    """The result of a run that stopped at statement `index` (0-based) of `total`."""
+    where = f"statement {index + 1} of {total}: " if total > 1 else ""
+    return ExecResult(
+        rowcount=rowcount,
+        error=where + message,
+        error_kind=kind,
+        statements=index,
+        elapsed_s=time.perf_counter() - t0,
+    )
+
+
+def finished(last: dict[str, Any], rowcount: int, total: int, t0: float) -> ExecResult:
+    """The result of a run whose `total` statements all completed; `last` holds the rows
+    of the last one that returned some (``columns``, ``rows``, ``row_count``, ``truncated``)."""
+    return ExecResult(
+        columns=last.get("columns", ()),
+        rows=last.get("rows", ()),
+        row_count=last.get("row_count"),
+        rowcount=rowcount,
+        truncated=last.get("truncated", False),
+        statements=total,
+        elapsed_s=time.perf_counter() - t0,
+    )
 
 
 def checked_statements(

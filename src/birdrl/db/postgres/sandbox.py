@@ -40,6 +40,8 @@ from birdrl.db.sandbox import (
     _fail,
     _value_size,
     checked_statements,
+    failed_statement,
+    finished,
 )
 from birdrl.db.statements import split_postgres_statements
 
@@ -186,31 +188,12 @@ class PGSandbox:
                     out = self._statement(conn, stmt)
                 except psycopg.Error as exc:
                     kind, message = self._classify(exc)
-                    where = (
-                        f"statement {index + 1} of {len(statements)}: "
-                        if len(statements) > 1
-                        else ""
-                    )
-                    return ExecResult(
-                        rowcount=rowcount,
-                        error=where + message,
-                        error_kind=kind,
-                        statements=index,
-                        elapsed_s=time.perf_counter() - t0,
-                    )
+                    return failed_statement(index, len(statements), kind, message, rowcount, t0)
                 if "columns" in out:
                     last = out
                 elif out.get("rowcount", -1) >= 0:
                     rowcount = out["rowcount"]
-        return ExecResult(
-            columns=last.get("columns", ()),
-            rows=last.get("rows", ()),
-            row_count=last.get("row_count"),
-            rowcount=rowcount,
-            truncated=last.get("truncated", False),
-            statements=len(statements),
-            elapsed_s=time.perf_counter() - t0,
-        )
+        return finished(last, rowcount, len(statements), t0)
 
     # -- one statement ----------------------------------------------------------------------
 
