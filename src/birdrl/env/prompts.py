@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import quote
 
+from birdrl.db.describe import sample_rows_comment
 from birdrl.db.statements import join_statements
 from birdrl.env.types import Message
 from birdrl.tasks.model import Task, TextToSQLTask
@@ -66,14 +67,9 @@ def _schema_text(path: str, mtime_ns: int, sample_rows: int) -> str:
             if kind == "table" and sample_rows > 0:
                 quoted = '"' + name.replace('"', '""') + '"'
                 cur = conn.execute(f"SELECT * FROM {quoted} LIMIT {sample_rows}")
-                cols = [d[0] for d in cur.description]
-                rows = cur.fetchall()
-                if rows:
-                    sample = "\n".join(
-                        "  " + ", ".join(f"{c}={v!r}"[:80] for c, v in zip(cols, row, strict=True))
-                        for row in rows
-                    )
-                    parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
+                comment = sample_rows_comment(name, [d[0] for d in cur.description], cur.fetchall())
+                if comment:
+                    parts.append(comment)
         return "\n".join(parts)
     finally:
         conn.close()

@@ -12,6 +12,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from birdrl.db.describe import sample_rows_comment
+
 __all__ = ["describe", "fingerprint", "sequence_state"]
 
 _SEQUENCE_NAMES = (
@@ -131,11 +133,7 @@ def describe(admin_dsn: str, dbname: str, oid: int, sample_rows: int) -> str:
                     )
                 )
                 names = [d.name for d in cur.description or ()]
-                rows = cur.fetchall()
-                if rows:
-                    sample = "\n".join(
-                        "  " + ", ".join(f"{c}={v!r}"[:80] for c, v in zip(names, row, strict=True))
-                        for row in rows
-                    )
-                    parts.append(f"/* {len(rows)} sample rows of {name}:\n{sample}\n*/")
+                comment = sample_rows_comment(name, names, cur.fetchall())
+                if comment:
+                    parts.append(comment)
     return "\n".join(parts)
