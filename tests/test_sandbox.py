@@ -591,11 +591,22 @@ def test_big_values_hit_max_value_bytes(db: Path, sql: str) -> None:
         assert scalar(box, "SELECT count(*) FROM orders") == N_ORDERS
 
 
-def test_printf_past_max_value_bytes_gives_null(db: Path) -> None:
-    # printf() reports an oversized result as NULL rather than an error: still bounded
+def test_printf_past_max_value_bytes_is_a_limit(db: Path) -> None:
+    # SQLite's printf() returns NULL for an oversized result: the sandbox reports a LIMIT
     with Sandbox(db, SandboxLimits(max_value_bytes=1_000_000)) as box:
-        assert ok(box.execute("SELECT printf('%.*c', 2000000, 'x')")).rows == ((None,),)
+        for sql in (
+            "SELECT printf('%.*c', 2000000, 'x')",
+            "SELECT format('%2000000d', 1)",
+            "SELECT printf('%s%s', hex(zeroblob(300000)), hex(zeroblob(300000)))",
+        ):
+            result = box.execute(sql)
+            assert result.error_kind == ErrorKind.LIMIT, (sql, result)
+            assert "1000000 bytes" in result.error
         assert scalar(box, "SELECT length(printf('%.*c', 999000, 'x'))") == 999_000
+        assert scalar(
+            box, "SELECT printf('%5.2f|%-4s|%*d|%%|%q', 3.14159, 'ab', 3, 7, 'it''s')"
+        ) == (" 3.14|ab  |  7|%|it''s")
+        assert scalar(box, "SELECT printf('')") is None  # SQLite's own answer, unchanged
 
 
 def test_input_size_limits(box: Sandbox) -> None:

@@ -48,6 +48,7 @@ class Guard:
 
     def __init__(self) -> None:
         self.refusal: str | None = None
+        self.limit: str | None = None  # a size limit a guarded function refused (FormatGuard)
         self.deadline = float("inf")
         self.timed_out = False
         self.closing = False

@@ -12,9 +12,9 @@ and `Lease.dialect`.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from birdrl.db.errors import PoolConfigError
 from birdrl.db.iostats import IOStats
@@ -31,7 +31,9 @@ __all__ = [
     "BackendTemplate",
     "ReplicaBackend",
     "SQLiteBackend",
+    "DetachableSandbox",
     "SandboxLike",
+    "close_sandbox",
     "pool_backend",
 ]
 
@@ -43,7 +45,30 @@ class SandboxLike(Protocol):
 
     def execute(self, sql: str) -> ExecResult: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the connection, waiting for a running statement to stop."""
+
+
+@runtime_checkable
+class DetachableSandbox(SandboxLike, Protocol):
+    """A sandbox that can be closed without waiting for a statement an interrupt cannot
+    stop (the SQLite `Sandbox`: one slow VM instruction runs to its end)."""
+
+    def close_within(
+        self, grace_s: float | None, on_closed: Callable[[], None] | None = None
+    ) -> bool:
+        """True if closed within `grace_s`; else the statement's thread closes the
+        connection when the statement ends, then calls `on_closed`."""
+
+
+def close_sandbox(box: SandboxLike, grace_s: float | None, on_closed: Callable[[], None]) -> bool:
+    """Close `box`, waiting at most `grace_s` for a running statement where the sandbox
+    allows it (see `DetachableSandbox`); True if it is closed on return. Other sandboxes
+    (PostgreSQL: the server cancels a statement promptly) close and wait."""
+    if isinstance(box, DetachableSandbox):
+        return box.close_within(grace_s, on_closed)
+    box.close()
+    return True
 
 
 class BackendTemplate(Protocol):

@@ -22,13 +22,19 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from birdrl.db.backend import BackendReplica, ReplicaBackend, SandboxLike, SQLiteBackend
+from birdrl.db.backend import (
+    BackendReplica,
+    ReplicaBackend,
+    SandboxLike,
+    SQLiteBackend,
+    close_sandbox,
+)
 from birdrl.db.errors import (
     AcquireTimeout,
     LeaseClosedError,
@@ -71,6 +77,9 @@ class PoolConfig:
     """Default wait for a free replica before `AcquireTimeout`."""
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     """Limits for the SQL run through leases."""
+    close_grace_s: float = 0.25
+    """How long releasing or reclaiming a lease waits for its running statement to stop
+    after the interrupt; past it the replica is quarantined (see `ReplicaPool.release`)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -90,6 +99,8 @@ class PoolConfig:
             raise PoolConfigError(f"reset must be 'dirty' or 'always', got {self.reset!r}")
         if self.lease_ttl_s is not None and self.lease_ttl_s <= 0:
             raise PoolConfigError(f"lease_ttl_s must be > 0 or None, got {self.lease_ttl_s}")
+        if self.close_grace_s < 0:
+            raise PoolConfigError(f"close_grace_s must be >= 0, got {self.close_grace_s}")
         get_strategy(self.restore)  # fail early on an unknown name
 
     def replicas_for(self, db_id: str) -> int:
@@ -171,7 +182,9 @@ class Lease:
     def reset_connection(self) -> None:
         """Close the guarded connection (rolling back an open transaction, dropping TEMP
         objects and connection PRAGMAs); the next `execute` opens a fresh one. Use it before
-        handing `path` to another process that must write, e.g. to score a submission."""
+        handing `path` to another process that must write, e.g. to score a submission.
+        Waits for a running statement of this lease to end (only this trajectory waits):
+        on return no connection of the lease is open on the replica."""
         self._close_box()
 
     def release(self) -> bool:
@@ -197,11 +210,15 @@ class Lease:
                     raise PoolError(f"cannot open replica {self.replica.locator}: {exc}") from exc
             return self._sandbox
 
-    def _close_box(self) -> None:
+    def _close_box(
+        self, grace_s: float | None = None, on_closed: Callable[[], None] = lambda: None
+    ) -> bool:
+        """Close the lease's connection, waiting at most `grace_s` (None: until it is closed)
+        for a running statement. True if closed; False if the statement still runs, and
+        then its thread closes the connection when it ends and calls `on_closed`."""
         with self._box_lock:
             box, self._sandbox = self._sandbox, None
-        if box is not None:
-            box.close()
+        return box is None or close_sandbox(box, grace_s, on_closed)
 
     def _check_usable(self) -> None:
         if not self._closed and time.monotonic() > self.expires_at:
@@ -253,6 +270,9 @@ class ReplicaPool:
         self._cond = threading.Condition()
         self._leases: dict[str, Lease] = {}
         self._partitions: dict[tuple[int, str], list[BackendReplica]] = {}
+        # replicas whose lease ended while a statement that could not be stopped still ran:
+        # lent to no one until that statement's thread closes its connection
+        self._quarantined: dict[int, BackendReplica] = {}
         self._lock_files: list[IO[str]] = []
         self._closed = False
         try:
@@ -457,7 +477,12 @@ class ReplicaPool:
     def release(self, traj_id: str) -> bool:
         """End the lease of `traj_id`: close its connection (dropping TEMP objects and any
         open transaction), then mark the replica for reset only if its file changed.
-        Returns False if `traj_id` held no lease (releasing twice is harmless)."""
+        Returns False if `traj_id` held no lease (releasing twice is harmless).
+
+        Never waits for a running statement longer than `config.close_grace_s`: a statement
+        that an interrupt cannot stop leaves the replica quarantined (lent to no one) until
+        it ends; its thread then closes the connection and gives the replica back, marked
+        for reset."""
         with self._cond:
             lease = self._leases.get(traj_id)
             if lease is None or not lease._ready:
@@ -470,15 +495,29 @@ class ReplicaPool:
 
     def _finish(self, lease: Lease, *, reclaimed: bool) -> None:
         replica = lease.replica
-        dirty = True
-        try:
-            lease._close_box()
-            dirty = reclaimed or self.config.reset == "always" or replica.changed()
-        finally:
+        with self._cond:  # before closing: the statement may end (and return it) at once
+            self._quarantined[id(replica)] = replica
+
+        def returned() -> None:  # in the thread of the abandoned statement, once it ended
             with self._cond:
-                replica.need_reset = replica.need_reset or dirty
+                self._quarantined.pop(id(replica), None)
+                replica.need_reset = True
                 replica.is_available = True
                 self._cond.notify_all()
+
+        dirty = True
+        abandoned = False
+        try:
+            abandoned = not lease._close_box(self.config.close_grace_s, returned)
+            if not abandoned:
+                dirty = reclaimed or self.config.reset == "always" or replica.changed()
+        finally:
+            if not abandoned:
+                with self._cond:
+                    self._quarantined.pop(id(replica), None)
+                    replica.need_reset = replica.need_reset or dirty
+                    replica.is_available = True
+                    self._cond.notify_all()
 
     # -- expiry -----------------------------------------------------------------------------
 
@@ -584,6 +623,7 @@ class ReplicaPool:
                     "index": r.index,
                     "available": r.is_available,
                     "need_reset": r.need_reset,
+                    "quarantined": id(r) in self._quarantined and not r.is_available,
                     "traj_id": holders.get(id(r)),
                     "restores": r.restores,
                 }

@@ -4,11 +4,14 @@ Everything a model sends goes through `Sandbox.execute`, which never raises for 
 errors, refusals and timeouts come back in the `ExecResult`. The guards:
 
 * a time limit per statement (progress handler; the connection stays usable). It is
-  checked between VM instructions only: one long instruction (a LIKE, ``instr``,
-  ``replace`` on big values) or a long compile (deeply nested views) runs past it, which is
-  why LIKE/GLOB patterns are kept short;
+  checked between VM instructions only: one long instruction (``instr``, ``replace`` on big
+  values) or a long compile (deeply nested views) runs past it, which is why LIKE/GLOB
+  patterns are kept short and ``printf`` widths bounded (`birdrl.db.limits`); a statement
+  that completed past the limit is still reported as ErrorKind.TIMEOUT, and `close_within`
+  lets a pool walk away from it instead of waiting;
 * result limits (rows and bytes kept, rows counted up to a cap);
-* memory bounds (per-connection string/SQL length limits and page cache size, plus
+* memory bounds, shared with the evaluator through `birdrl.db.limits.apply_limits`
+  (per-connection string/SQL length limits and page cache size, plus
   SQLite's process-wide hard heap limit, which can only be lowered); rows are fetched one
   at a time, so a result is never held beyond the kept rows plus one row;
 * size bounds on the database file (growth), the TEMP database and attached in-memory or
@@ -32,6 +35,7 @@ from typing import Any
 from urllib.parse import quote
 
 from birdrl.db.authorizer import Guard
+from birdrl.db.limits import FormatGuard, SandboxLimits, apply_limits, cap_databases, limit_message
 from birdrl.db.statements import split_statements
 
 __all__ = [
@@ -54,64 +58,6 @@ class ErrorKind(StrEnum):
     REFUSED = "refused"  # the authorizer refused an operation (file access, unsafe PRAGMA, ...)
     LIMIT = "limit"  # a size limit: input too long, value too big, out of memory, database full
     CLOSED = "closed"  # the sandbox was closed or its lease reclaimed mid-statement
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Limits applied to every statement that runs in a sandbox."""
-
-    timeout_s: float = 30.0
-    """Wall-clock limit per statement, including fetching its rows."""
-    max_rows: int = 1000
-    """Rows of the last result kept for the caller."""
-    max_bytes: int = 1_000_000
-    """Approximate bytes of the last result kept for the caller (values' text/blob length)."""
-    count_limit: int = 100_000
-    """Past the kept rows, rows are still counted (not kept) up to this many to report an
-    exact row count; beyond it `row_count` is None."""
-    max_sql_length: int = 1_000_000
-    """Longest SQL text accepted, in characters."""
-    max_statements: int = 1000
-    """Most statements accepted in one SQL string."""
-    max_value_bytes: int = 100_000_000
-    """Largest string or blob SQLite may build (SQLITE_LIMIT_LENGTH)."""
-    cache_kib: int = 16_384
-    """Page cache of the connection, KiB (bounds memory of big sorts/joins: they spill to temp files)."""
-    heap_limit_bytes: int | None = 4 << 30
-    """SQLite's hard heap limit. It is process-wide in SQLite; the sandbox only ever lowers it."""
-    progress_ops: int = 1000
-    """VM instructions between two deadline checks."""
-    max_like_pattern_length: int = 100
-    """Longest LIKE/GLOB pattern, in bytes (SQLITE_LIMIT_LIKE_PATTERN_LENGTH). One LIKE runs as a
-    single VM instruction costing about value length x pattern length, which neither the
-    progress handler nor an interrupt can stop: long patterns over big values would outrun
-    `timeout_s`."""
-    max_db_growth_bytes: int | None = 1 << 30
-    """How much the database file may grow while the sandbox is open (``max_page_count``);
-    past it writes fail with ErrorKind.LIMIT. None: unbounded."""
-    max_scratch_bytes: int | None = 256 << 20
-    """Largest size of the TEMP database and of each database the model attaches
-    (``':memory:'`` or ``''``): bounds the memory and temporary disk scratch tables can take
-    (an attached ``':memory:'`` database lives in SQLite's heap, shared by the process).
-    None: unbounded."""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "timeout_s",
-            "max_rows",
-            "max_bytes",
-            "max_sql_length",
-            "max_statements",
-            "max_like_pattern_length",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("max_db_growth_bytes", "max_scratch_bytes"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"SandboxLimits.{name} must be >= 0 or None, got {value!r}")
-        if self.count_limit < self.max_rows:
-            raise ValueError("SandboxLimits.count_limit must be >= max_rows")
 
 
 @dataclass(frozen=True)
@@ -140,23 +86,25 @@ class ExecResult:
         return self.error is None
 
 
-_SQLITE_FULL = 13
-_SQLITE_TOOBIG = 18
-
-
 class Sandbox:
     """A guarded connection to one existing database file, for untrusted SQL.
 
     Thread-safe: statements from several threads run one at a time. `interrupt()` may be
-    called from any thread; `close()` waits for a running statement to stop.
+    called from any thread; `close()` waits for a running statement to stop, and
+    `close_within()` waits at most a grace period, then leaves the closing to the statement.
     """
 
     def __init__(self, path: str | Path, limits: SandboxLimits | None = None) -> None:
         self.path = Path(path)
         self.limits = limits or SandboxLimits()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one statement at a time
+        self._state = threading.Condition()  # guards _conn, _busy, _detached, _on_closed
+        self._busy = False
+        self._detached = False
+        self._on_closed: Callable[[], None] | None = None
         self._guard = Guard()
-        self._conn: sqlite3.Connection | None = _open_guarded(self.path, self.limits, self._guard)
+        conn, self._formats = _open_guarded(self.path, self.limits, self._guard)
+        self._conn: sqlite3.Connection | None = conn
 
     @property
     def closed(self) -> bool:
@@ -168,22 +116,35 @@ class Sandbox:
         statements = checked_statements(sql, self.limits, split_statements, t0)
         if isinstance(statements, ExecResult):
             return statements
+        if self._guard.closing:  # do not queue behind a statement being abandoned
+            return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
-            return self._run(conn, statements, t0)
+            with self._state:
+                conn = self._conn
+                if conn is None:
+                    return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
+                self._busy = True
+            try:
+                return self._run(conn, statements, t0)
+            finally:
+                self._idle()
 
     def _run(self, conn: sqlite3.Connection, statements: Sequence[str], t0: float) -> ExecResult:
         limits = self.limits
+        guard = self._guard
         last: dict[str, Any] = {}
         rowcount = -1
         for index, stmt in enumerate(statements):
-            guard = self._guard
+            if guard.closing:
+                return failed_statement(
+                    index, len(statements), ErrorKind.CLOSED, _CLOSED, rowcount, t0
+                )
             guard.refusal = None
+            guard.limit = None
             guard.timed_out = False
             guard.attached = False
-            guard.deadline = time.monotonic() + limits.timeout_s
+            started = time.monotonic()
+            guard.deadline = started + limits.timeout_s
             try:
                 cur = conn.execute(stmt)
                 if cur.description is not None:
@@ -191,20 +152,34 @@ class Sandbox:
                 elif cur.rowcount >= 0:
                     rowcount = cur.rowcount
                 cur.close()
+                late = time.monotonic() > guard.deadline
                 if guard.attached:
-                    _cap_databases(conn, limits, guard)
+                    cap_databases(conn, limits, guard)
             # sqlite3.Warning: "one statement at a time" on Python 3.10
             except (sqlite3.Error, sqlite3.Warning, OverflowError, MemoryError, ValueError) as exc:
                 kind, message = self._classify(exc)
                 return failed_statement(index, len(statements), kind, message, rowcount, t0)
             finally:
                 guard.deadline = float("inf")
+            if guard.closing:  # closed while it ran: its result belongs to no one
+                return failed_statement(
+                    index, len(statements), ErrorKind.CLOSED, _CLOSED, rowcount, t0
+                )
+            if late:  # one slow instruction outran the progress handler: never report ok
+                message = (
+                    f"the statement took {time.monotonic() - started:.1f} s, past the "
+                    f"{limits.timeout_s:g} s limit (one slow operation that could not be "
+                    "stopped in time); its result is discarded"
+                )
+                return failed_statement(
+                    index, len(statements), ErrorKind.TIMEOUT, message, rowcount, t0
+                )
         return finished(last, rowcount, len(statements), t0)
 
     def _classify(self, exc: BaseException) -> tuple[ErrorKind, str]:
         guard = self._guard
         if guard.closing:
-            return ErrorKind.CLOSED, "the statement was stopped because its lease was closed"
+            return ErrorKind.CLOSED, _CLOSED
         if guard.timed_out:
             return (
                 ErrorKind.TIMEOUT,
@@ -212,22 +187,29 @@ class Sandbox:
             )
         if guard.refusal is not None:
             return ErrorKind.REFUSED, f"refused: {guard.refusal}"
-        if isinstance(exc, MemoryError):
-            return ErrorKind.LIMIT, "out of memory: the statement exceeded the sandbox memory bound"
-        code = getattr(exc, "sqlite_errorcode", None)
-        if code == _SQLITE_TOOBIG:
-            return (
-                ErrorKind.LIMIT,
-                f"{exc}: values are limited to {self.limits.max_value_bytes} bytes in the sandbox",
-            )
-        if code == _SQLITE_FULL:
-            return (
-                ErrorKind.LIMIT,
-                f"{exc}: the sandbox bounds the growth of the database "
-                f"({_size(self.limits.max_db_growth_bytes)}) and the size of TEMP and attached "
-                f"databases ({_size(self.limits.max_scratch_bytes)})",
-            )
+        message = limit_message(exc, self.limits, guard)
+        if message is not None:
+            return ErrorKind.LIMIT, message
         return ErrorKind.SQL, f"{type(exc).__name__}: {exc}"
+
+    def _idle(self) -> None:
+        """A statement run ended: if the sandbox was closed meanwhile without waiting for it
+        (`close_within`), close the connection here, then tell the closer."""
+        with self._state:
+            if not self._detached:
+                self._busy = False
+                self._state.notify_all()
+                return
+            conn, self._conn = self._conn, None
+            on_closed, self._on_closed = self._on_closed, None
+        try:
+            self._close_connection(conn)
+        finally:
+            with self._state:
+                self._busy = False
+                self._state.notify_all()
+            if on_closed is not None:
+                on_closed()
 
     def interrupt(self) -> None:
         """Stop the running statement (if any) from another thread; the sandbox stays open."""
@@ -237,21 +219,44 @@ class Sandbox:
 
     def close(self) -> None:
         """Close the connection: rolls back an open transaction, drops TEMP objects and
-        connection-local PRAGMAs. Idempotent."""
-        self._guard.closing = True
-        conn = self._conn
+        connection-local PRAGMAs. Waits for a running statement to stop. Idempotent."""
+        self.close_within(None)
+
+    def close_within(
+        self, grace_s: float | None, on_closed: Callable[[], None] | None = None
+    ) -> bool:
+        """Close like `close`, waiting at most `grace_s` (None: forever) for a running
+        statement to stop after the interrupt. True if the connection is closed on return.
+        False if the statement still runs (one instruction that an interrupt cannot stop):
+        the sandbox is then closed for every caller, and the thread running the statement
+        closes the connection when it ends and then calls `on_closed` (in that thread)."""
+        with self._state:
+            self._guard.closing = True
+            if self._busy and self._conn is not None:
+                _interrupt(self._conn)
+            if not self._state.wait_for(lambda: not self._busy, grace_s):
+                self._detached = True
+                self._on_closed = on_closed
+                return False
+            conn, self._conn = self._conn, None
+        self._close_connection(conn)
+        return True
+
+    def _close_connection(self, conn: sqlite3.Connection | None) -> None:
         if conn is not None:
-            _interrupt(conn)
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            try:
+                conn.close()
+            finally:
+                self._formats.close()
 
     def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_CLOSED = "the statement was stopped because its lease was closed"
 
 
 def failed_statement(
@@ -316,10 +321,6 @@ def _interrupt(conn: sqlite3.Connection) -> None:
         conn.interrupt()
 
 
-def _size(n: int | None) -> str:
-    return "unbounded" if n is None else f"{n / (1 << 20):g} MiB"
-
-
 def _fail(kind: ErrorKind, message: str, t0: float) -> ExecResult:
     return ExecResult(error=message, error_kind=kind, elapsed_s=time.perf_counter() - t0)
 
@@ -363,8 +364,10 @@ def _fetch(cur: sqlite3.Cursor, limits: SandboxLimits) -> dict[str, Any]:
     }
 
 
-def _open_guarded(path: Path, limits: SandboxLimits, guard: Guard) -> sqlite3.Connection:
-    """Open `path` read-write (never create), apply limits, then install the guards."""
+def _open_guarded(
+    path: Path, limits: SandboxLimits, guard: Guard
+) -> tuple[sqlite3.Connection, FormatGuard]:
+    """Open `path` read-write (never create), then apply the limits and guards."""
     if not path.is_file():
         raise FileNotFoundError(f"database file not found: {path}")
     uri = f"file:{quote(str(path.resolve()))}?mode=rw"
@@ -372,55 +375,11 @@ def _open_guarded(path: Path, limits: SandboxLimits, guard: Guard) -> sqlite3.Co
         uri, uri=True, isolation_level=None, check_same_thread=False, timeout=1.0
     )
     try:
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max(limits.max_sql_length, 1000) * 4)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, limits.max_like_pattern_length)
-        conn.execute(f"PRAGMA cache_size = -{int(limits.cache_kib)}")
         # Freed pages are not zeroed: a DROP TABLE then dirties only a few pages, which keeps
         # page-level restores small. Content is the same either way.
         conn.execute("PRAGMA secure_delete = OFF")
-        if limits.heap_limit_bytes is not None:
-            current = conn.execute("PRAGMA hard_heap_limit").fetchone()[0]
-            if current == 0 or current > limits.heap_limit_bytes:
-                conn.execute(f"PRAGMA hard_heap_limit = {int(limits.heap_limit_bytes)}")
-        _cap_databases(conn, limits, guard, main=True)  # installs the authorizer
-        conn.set_progress_handler(guard.progress, limits.progress_ops)
+        formats = apply_limits(conn, limits, guard)
     except BaseException:
         conn.close()
         raise
-    return conn
-
-
-def _cap_databases(
-    conn: sqlite3.Connection, limits: SandboxLimits, guard: Guard, *, main: bool = False
-) -> None:
-    """Bound database sizes with ``max_page_count`` (a per-connection setting): with
-    `main`, the file may grow by `max_db_growth_bytes`; TEMP and every attached database
-    hold at most `max_scratch_bytes`. Run at open and after each ATTACH."""
-    guard.trusted = True
-    guard.deadline = float("inf")  # a statement that ended just in time must still be capped
-    try:
-        schemas = [row[1] for row in conn.execute("PRAGMA database_list").fetchall()]
-        if "temp" not in schemas:  # the TEMP database is opened lazily; open it to cap it
-            schemas.append("temp")
-        for schema in schemas:
-            if schema == "main":
-                if main and limits.max_db_growth_bytes is not None:
-                    _set_max_pages(conn, schema, limits.max_db_growth_bytes, grow=True)
-            elif limits.max_scratch_bytes is not None:
-                _set_max_pages(conn, schema, limits.max_scratch_bytes, grow=False)
-    finally:
-        guard.trusted = False
-        # Installing the authorizer expires every prepared statement: Python's statement
-        # cache would otherwise replay the unchecked statements above, unchecked, when the
-        # model sends the same text.
-        conn.set_authorizer(guard.authorize)
-
-
-def _set_max_pages(conn: sqlite3.Connection, schema: str, size: int, *, grow: bool) -> None:
-    quoted = '"' + schema.replace('"', '""') + '"'
-    page_size = conn.execute(f"PRAGMA {quoted}.page_size").fetchone()[0]
-    pages = size // page_size
-    if grow:
-        pages += conn.execute(f"PRAGMA {quoted}.page_count").fetchone()[0]
-    conn.execute(f"PRAGMA {quoted}.max_page_count = {max(pages, 1)}").fetchall()
+    return conn, formats

@@ -4,9 +4,11 @@ Test cases are Python sources that call these names; they run in evaluator worke
 Behaviour follows the official evaluator, quirks included (see
 ``shared/BIRD_CRITIC_SEMANTICS.md`` and docs/evaluation.md), so that scores are comparable
 with published numbers. Differences that do not change results: connections are guarded by
-the sandbox authorizer (model SQL cannot reach other files) and a per-statement time limit
-(a runaway statement is a timeout instead of a hang); the journal mode is never switched
-to WAL.
+the sandbox authorizer (model SQL cannot reach other files), the sandbox's size limits
+(`birdrl.db.limits.apply_limits`: value and SQL length, LIKE pattern length, ``printf``
+widths, heap, growth of the file and of TEMP/attached databases; going past one is an
+execution error) and a per-statement time limit (a runaway statement, or one that completed
+past the limit, is a timeout instead of a hang); the journal mode is never switched to WAL.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from birdrl.db.authorizer import Guard
+from birdrl.db.limits import FormatGuard, SandboxLimits, apply_limits, cap_databases, limit_message
 
 __all__ = [
     "DEFAULT_TEST_CASE",
@@ -60,17 +63,31 @@ def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):
 
 
 class EvalConnection(sqlite3.Connection):
-    """A connection with a guard: the sandbox's authorizer and a per-statement deadline."""
+    """A connection with a guard: the sandbox's authorizer, limits and a per-statement
+    deadline."""
 
     guard: Guard
+    limits: SandboxLimits
     statement_timeout_s: float
+    formats: FormatGuard | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.formats is not None:
+                self.formats.close()
 
 
 def open_connection(
-    db_path: str | Path, statement_timeout_s: float = DEFAULT_STATEMENT_TIMEOUT_S
+    db_path: str | Path,
+    statement_timeout_s: float = DEFAULT_STATEMENT_TIMEOUT_S,
+    limits: SandboxLimits | None = None,
 ) -> EvalConnection:
     """Open an existing database read-write (never creates one), with the official
-    transaction behaviour (implicit transactions, explicit commits) and the sandbox guard."""
+    transaction behaviour (implicit transactions, explicit commits), the sandbox guard and
+    the sandbox's size limits (`limits`, default `SandboxLimits()`; its ``timeout_s`` is
+    not used: `statement_timeout_s` is the time limit)."""
     path = Path(db_path)
     if not path.is_file():
         raise FileNotFoundError(f"Database not found: {db_path}")
@@ -81,11 +98,16 @@ def open_connection(
         factory=EvalConnection,
         check_same_thread=False,
     )
-    assert isinstance(conn, EvalConnection)
-    conn.guard = Guard()
-    conn.statement_timeout_s = statement_timeout_s
-    conn.set_authorizer(conn.guard.authorize)
-    conn.set_progress_handler(conn.guard.progress, 1000)
+    if not isinstance(conn, EvalConnection):  # sqlite3.connect honours `factory`
+        raise TypeError(f"sqlite3.connect returned {type(conn).__name__}, not EvalConnection")
+    try:
+        conn.guard = Guard()
+        conn.limits = limits or SandboxLimits()
+        conn.statement_timeout_s = statement_timeout_s
+        conn.formats = apply_limits(conn, conn.limits, conn.guard)
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -101,10 +123,13 @@ def perform_query_on_sqlite_databases(
     if conn is None:
         conn = open_connection(db_path, query_timeout)
     guard = getattr(conn, "guard", None)
+    timeout_s = getattr(conn, "statement_timeout_s", query_timeout)
     if guard is not None:
         guard.timed_out = False
         guard.refusal = None
-        guard.deadline = time.monotonic() + getattr(conn, "statement_timeout_s", query_timeout)
+        guard.limit = None
+        guard.attached = False
+        guard.deadline = time.monotonic() + timeout_s
     cursor = conn.cursor()
     try:
         cursor.execute(query)
@@ -116,6 +141,8 @@ def perform_query_on_sqlite_databases(
                 result = cursor.fetchall()
             except sqlite3.Error:
                 result = None
+        if guard is not None:
+            _check_guarded(conn, guard, timeout_s)
         return result, conn
     except Exception:
         conn.rollback()
@@ -124,6 +151,21 @@ def perform_query_on_sqlite_databases(
         cursor.close()
         if guard is not None:
             guard.deadline = float("inf")
+
+
+def _check_guarded(conn: sqlite3.Connection, guard: Guard, timeout_s: float) -> None:
+    """After a statement: cap a database it attached, and fail it if it completed past its
+    deadline (one slow instruction outran the progress handler)."""
+    late = time.monotonic() > guard.deadline
+    limits = getattr(conn, "limits", None)
+    if guard.attached and limits is not None:
+        cap_databases(conn, limits, guard)
+    if late:
+        guard.timed_out = True
+        raise sqlite3.OperationalError(
+            f"the statement completed past the {timeout_s:g} s time limit (one slow operation "
+            "that could not be stopped in time); its result is discarded"
+        )
 
 
 def execute_queries(
@@ -154,11 +196,11 @@ def execute_queries(
                 message += f"Timeout error executing query {i}: {exc}\n"
                 timeout_error = True
             else:
-                message += f"OperationalError executing query {i}: {exc}\n"
+                message += f"OperationalError executing query {i}: {_explained(exc, conn)}\n"
                 execution_error = True
             break
         except Exception as exc:  # the official evaluator counts any failure as an error
-            message += f"{type(exc).__name__} executing query {i}: {exc}\n"
+            message += f"{type(exc).__name__} executing query {i}: {_explained(exc, conn)}\n"
             execution_error = True
             break
     if logger is not None and message and hasattr(logger, "error"):
@@ -166,6 +208,18 @@ def execute_queries(
     if return_error:
         return result, execution_error, timeout_error, message
     return result, execution_error, timeout_error
+
+
+def _explained(exc: BaseException, conn: sqlite3.Connection | None) -> str:
+    """The error text, with the sandbox limit that tripped when one did."""
+    guard = getattr(conn, "guard", None)
+    limits = getattr(conn, "limits", None)
+    if guard is None or limits is None:
+        return str(exc)
+    limit = limit_message(exc, limits, guard)
+    if limit is None:
+        return str(exc)
+    return limit if limit.startswith(str(exc)) else f"{exc}: {limit}"
 
 
 def _round_value(item: Any, places: int) -> Any:
