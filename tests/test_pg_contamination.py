@@ -2,13 +2,15 @@
 state.
 
 Concurrent trajectories, over two workers and two databases, issue seeded random reads,
-DML, DDL, sequence moves, catalog writes (comments, privileges, large objects), TEMP
-objects, session settings, explicit transactions (committed, rolled back, left open),
+DML, DDL, sequence moves, catalog writes (comments, privileges, large objects), VACUUM and
+ANALYZE in their forms (planner statistics change with no row written), TEMP objects,
+session settings, explicit transactions (committed, rolled back, left open),
 ``ALTER ROLE ... SET``, refused statements and writes through a trusted connection of
 their own (as the evaluator makes); some abandon their lease so the TTL reclaims it. Each
 lease, the moment it is granted, must equal its template (logical fingerprint, catalog
-extras and sequence positions, see `test_pg_pool.PGSetup.state`), and no trajectory may
-ever see another's marker row.
+extras, planner statistics: relpages / reltuples / relallvisible and pg_statistic presence
+per relation, and sequence positions, see `test_pg_pool.PGSetup.state`), and no trajectory
+may ever see another's marker row.
 
 A small seed set runs by default; ``pytest tests/test_pg_contamination.py --fuzz-seeds 50``
 (or BIRDRL_FUZZ_SEEDS=50) runs a large one. Skipped without PostgreSQL (`pg_cluster`).
@@ -66,9 +68,15 @@ def pool(pg: PGSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Repl
         yield p
 
 
-def random_statement(rnd: random.Random, n: int, role: str) -> str:
-    """One random statement of the kinds a model might send (some of them invalid)."""
-    k = rnd.randrange(24)
+# kinds of `random_statement` that write no row: reads, VACUUM / ANALYZE (twice the
+# weight), session settings, transaction control, refused statements
+QUIET_KINDS = (0, 1, 16, 16, 17, 20, 21, 24)
+
+
+def random_statement(rnd: random.Random, n: int, role: str, *, quiet: bool = False) -> str:
+    """One random statement of the kinds a model might send (some of them invalid); with
+    `quiet`, only of kinds that write no row (so the replica may count clean)."""
+    k = rnd.choice(QUIET_KINDS) if quiet else rnd.randrange(25)
     t = f"x{rnd.randrange(3)}"
     return [
         lambda: f"SELECT * FROM orders WHERE id = {rnd.randint(1, 600)}",
@@ -110,8 +118,21 @@ def random_statement(rnd: random.Random, n: int, role: str) -> str:
                 "SELECT lo_create(0)",
                 "ALTER TABLE tags ENABLE ROW LEVEL SECURITY",
                 "TRUNCATE audit",
-                "ANALYZE orders",
+            ]
+        ),
+        # no row written, yet the next lease's plans would change (pg_class in place)
+        lambda: rnd.choice(
+            [
+                "VACUUM",
                 "VACUUM tags",
+                "VACUUM orders, customers",
+                "VACUUM FULL tags",
+                "VACUUM (FREEZE) orders",
+                "VACUUM ANALYZE",
+                "VACUUM ANALYZE customers",
+                "ANALYZE",
+                "ANALYZE orders",
+                "ANALYZE audit",  # an empty table: only reltuples -1 -> 0
             ]
         ),
         lambda: rnd.choice(
@@ -171,12 +192,16 @@ def _run_fuzz(seed: int, pg: PGSetup, pool: ReplicaPool) -> int:
             checked += 1
             if got != pg.expected[db]:
                 failures.append(f"{traj}: lease of {dbname(lease)} does not match template {db}")
-        # a marker only this trajectory may ever see
+        # a marker only this trajectory may ever see; a quiet trajectory writes no row (its
+        # replica may be lent again unrestored: only what the counters miss can leak then)
+        quiet = rnd.random() < 0.3
         marker = lease.execute(
-            f"CREATE TABLE IF NOT EXISTS marker(traj text); INSERT INTO marker VALUES ('{traj}')"
+            "SELECT 1"
+            if quiet
+            else f"CREATE TABLE IF NOT EXISTS marker(traj text); INSERT INTO marker VALUES ('{traj}')"
         )
         for n in range(rnd.randint(1, 8)):
-            lease.execute(random_statement(rnd, n, role))
+            lease.execute(random_statement(rnd, n, role, quiet=quiet))
         seen = lease.execute("SELECT traj FROM marker")
         if marker.ok and seen.ok and {r[0] for r in seen.rows} - {traj}:
             with lock:
@@ -184,7 +209,7 @@ def _run_fuzz(seed: int, pg: PGSetup, pool: ReplicaPool) -> int:
         if rnd.random() < 0.15:  # scored by trusted code with a connection of its own
             lease.reset_connection()
             with psycopg.connect(lease.locator, autocommit=True, connect_timeout=10) as conn:
-                conn.execute("INSERT INTO public.marker VALUES ('scored')")
+                conn.execute("VACUUM" if quiet else "INSERT INTO public.marker VALUES ('scored')")
         if rnd.random() < 0.1:
             return  # abandoned: the TTL reclaims it
         pool.release(traj)

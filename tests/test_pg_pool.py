@@ -52,6 +52,15 @@ _EXTRAS = (
     " (SELECT count(*) FROM pg_catalog.pg_statistic_ext)"
 )
 
+# What the planner sees beyond rows and that VACUUM / ANALYZE change without writing a row:
+# per-relation size and visibility estimates (updated in place in pg_class) and which
+# columns have statistics (pg_statistic, shown as pg_stats).
+_PLANNER = (
+    "SELECT c.relname, c.relkind, c.relpages, c.reltuples, c.relallvisible,"
+    " EXISTS (SELECT FROM pg_catalog.pg_statistic s WHERE s.starelid = c.oid)"
+    " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'public'::regnamespace ORDER BY 1"
+)
+
 
 # --------------------------------------------------------------------------- shared set-up
 
@@ -180,7 +189,9 @@ class PGSetup:
 
     def state(self, dbname: str) -> tuple[Any, ...]:
         """What a replica must share with its template: the backend's logical fingerprint,
-        catalog state it does not cover, and every sequence's (last_value, is_called)."""
+        catalog state it does not cover, planner statistics (`planner_state`) and every
+        sequence's (last_value, is_called)."""
+        planner = self.planner_state(dbname)
         with self.connect(dbname) as conn:
             extras = conn.execute(_EXTRAS.encode()).fetchone()
             seqs = conn.execute(
@@ -194,7 +205,13 @@ class PGSetup:
                 )
                 for (name,) in seqs
             ]
-        return self.admin.fingerprint(dbname), extras, tuple(positions)
+        return self.admin.fingerprint(dbname), extras, planner, tuple(positions)
+
+    def planner_state(self, dbname: str) -> tuple[Any, ...]:
+        """Per relation of schema public: relpages, reltuples, relallvisible and whether
+        pg_statistic holds statistics of it."""
+        with self.connect(dbname) as conn:
+            return tuple(conn.execute(_PLANNER.encode()).fetchall())
 
     def role_settings(self) -> list[tuple[Any, ...]]:
         """Per-role defaults of the sandbox role (``ALTER ROLE ... [IN DATABASE] SET``)."""
@@ -366,6 +383,16 @@ DIRTY = [
     # database, which the counters include: a TEMP table costs a restore, though nothing of
     # it survives the session (checked in test_temp_objects_do_not_survive_the_lease)
     ("CREATE TEMP TABLE scratch AS SELECT * FROM orders", "TEMP table"),
+    # planner statistics, updated in place in pg_class (no row counter moves) or in
+    # pg_statistic: the next lease's plans would differ
+    ("VACUUM", "vacuum"),
+    ("VACUUM orders", "vacuum table"),
+    ("VACUUM (FREEZE) tags", "vacuum freeze"),
+    ("VACUUM FULL tags", "vacuum full"),
+    ("VACUUM ANALYZE customers", "vacuum analyze"),
+    ("ANALYZE", "analyze"),
+    ("ANALYZE orders", "analyze table"),
+    ("ANALYZE audit", "analyze empty table"),
 ]
 
 
@@ -428,6 +455,67 @@ def test_reads_and_session_state_keep_replica_clean(
             " WHERE l.locktype = 'advisory' AND d.datname = current_database()"
         )
         assert _count(lease, locks) == 0
+        assert pg.state(dbname(lease)) == pg.expected["shop"]
+
+
+_PLAN_QUERY = "EXPLAIN SELECT customer_id FROM orders WHERE customer_id < 10"
+
+
+def _plan(lease: Lease) -> list[Any]:
+    result = lease.execute(_PLAN_QUERY)
+    assert result.ok, result.error
+    return result.rows
+
+
+@pytest.mark.parametrize("statement", ["VACUUM", "VACUUM orders", "ANALYZE orders"])
+def test_vacuum_and_analyze_never_reach_the_next_lease(
+    pg: PGSetup, pool: ReplicaPool, statement: str
+) -> None:
+    """VACUUM / ANALYZE write no row, yet change what the planner sees (reltuples -1 -> 900,
+    relallvisible, pg_statistic): the replica is restored, and the next lease's plans and
+    statistics are a fresh replica's."""
+    replica = pool.replicas()[0]
+    with pool.lease("fresh", "shop") as lease:
+        fresh_plan = _plan(lease)
+        fresh_stats = pg.planner_state(dbname(lease))
+    assert fresh_stats == pg.planner_state(pool.templates["shop"].dbname)
+    restores = replica.restores
+    with pool.lease("vacuum", "shop") as lease:
+        result = lease.execute(statement)
+        assert result.ok, result.error
+        assert pg.planner_state(dbname(lease)) != fresh_stats  # the statement did change them
+        if statement != "ANALYZE orders":  # VACUUM: an Index Only Scan where a Seq Scan was
+            assert _plan(lease) != fresh_plan
+    assert _flags(pool) == [True]
+    with pool.lease("next", "shop") as lease:
+        assert replica.restores == restores + 1
+        assert _plan(lease) == fresh_plan
+        assert pg.planner_state(dbname(lease)) == fresh_stats
+        counts = lease.execute(
+            "SELECT sum(vacuum_count + analyze_count), sum(n_live_tup) FROM pg_stat_user_tables"
+        )
+        assert counts.ok and list(counts.rows) == [(0, 0)], counts.rows
+
+
+def test_reads_leave_no_scan_counts_for_the_next_lease(pg: PGSetup, pool: ReplicaPool) -> None:
+    """What reads leave in the cumulative statistics (which tables were scanned, how often)
+    is reset on a clean release: the next trajectory cannot learn what the previous read."""
+    replica = pool.replicas()[0]
+    restores = replica.restores
+    scans = (
+        "SELECT relname, seq_scan, coalesce(idx_scan, 0) FROM pg_stat_user_tables"
+        " WHERE seq_scan + coalesce(idx_scan, 0) > 0 ORDER BY 1"
+    )
+    with pool.lease("reader", "shop") as lease:
+        assert _count(lease, "SELECT count(*) FROM customers WHERE city = 'Oslo'") > 0
+        assert _count(lease, "SELECT count(*) FROM orders WHERE id = 3") == 1
+        assert lease.execute("SELECT pg_stat_force_next_flush()").ok
+        seen = lease.execute(scans)
+        assert seen.ok and [r[0] for r in seen.rows] == ["customers", "orders"]
+    assert _flags(pool) == [False]
+    with pool.lease("next", "shop") as lease:
+        assert replica.restores == restores  # clean: not restored
+        assert lease.execute(scans).rows == ()
         assert pg.state(dbname(lease)) == pg.expected["shop"]
 
 

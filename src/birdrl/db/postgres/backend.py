@@ -5,12 +5,17 @@ re-creating it, lazily, only when the server's own counters say it changed.
 Dirty detection reads ``pg_stat_database`` for the replica (transactions, rows inserted,
 updated, deleted: system-catalog rows included, so DDL counts) once no session is connected
 to it any more: a backend flushes its statistics before it leaves ``pg_stat_activity``, so
-waiting for the sessions to end makes the counters complete. Two kinds of change are not
-row counts and are checked separately: sequence positions (``nextval``/``setval``), compared
-with the template's when the replica saw any transaction and has sequences, and per-role
-settings of the sandbox role (``ALTER ROLE ... SET``, a cluster-wide catalog), which are
-reset whenever they appear. Any doubt (counters unreadable, sessions that do not end, a
-statistics reset) counts as dirty.
+waiting for the sessions to end makes the counters complete. Three kinds of change are not
+row counts and are checked separately. When the replica saw any transaction, one admin
+connection to it reads sequence positions (``nextval``/``setval``, compared with the
+template's) and the planner statistics (`inspect.statistics_state`: ``pg_class`` rows,
+which VACUUM and ANALYZE update in place without moving a counter, ``pg_statistic`` and the
+vacuum / analyze counts, compared with the replica's own right after its restore). Per-role
+settings of the sandbox role (``ALTER ROLE ... SET``, a cluster-wide catalog) are reset
+whenever they appear. Any doubt (counters unreadable, sessions that do not end, a
+statistics reset, a record without statistics) counts as dirty. A replica that stays clean
+after reads has its cumulative statistics reset (``pg_stat_reset``, where the admin may), so
+the next trajectory cannot read which tables the previous one scanned.
 
 Untrusted SQL logs in as the *sandbox role*: LOGIN, nothing else (no superuser, CREATEDB,
 CREATEROLE, REPLICATION, BYPASSRLS, no membership in any role). It may connect (and create
@@ -27,7 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +42,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from birdrl.db.errors import PoolConfigError, PoolError, RestoreError, TemplateError
 from birdrl.db.iostats import IOStats
-from birdrl.db.postgres.inspect import describe, fingerprint, sequence_state
+from birdrl.db.postgres.inspect import describe, fingerprint, sequence_state, statistics_state
 from birdrl.db.postgres.sandbox import PGSandbox
 from birdrl.db.replica import read_state, write_state
 from birdrl.db.sandbox import SandboxLimits
@@ -68,6 +73,8 @@ class PGCounters:
     updated: int
     deleted: int
     stats_reset: str | None
+    statistics: str | None = None
+    """`inspect.statistics_state` of the replica right after its restore (None: unknown)."""
 
     def same_rows(self, other: PGCounters) -> bool:
         return (self.oid, self.inserted, self.updated, self.deleted, self.stats_reset) == (
@@ -124,6 +131,7 @@ class PostgresBackend:
         self.create_strategy = create_strategy
         self._created: list[str] = []
         self._lock = threading.RLock()
+        self._may_reset_statistics: bool | None = None
         try:
             self._admin = self._connect_admin_session()
         except psycopg.Error as exc:
@@ -343,6 +351,41 @@ class PostgresBackend:
         with self.connect_admin(dbname) as conn:
             return sequence_state(conn)
 
+    def statistics(self, dbname: str) -> str:
+        """`inspect.statistics_state` of `dbname` (read as admin)."""
+        with self.connect_admin(dbname) as conn:
+            return statistics_state(conn)
+
+    def check_read_only(self, dbname: str, clean: PGCounters, sequences: str) -> bool | None:
+        """On one admin connection to `dbname`: True if its sequence positions equal
+        `sequences` and its `statistics_state` equals `clean`'s; then, where the admin may
+        and while no other session is connected and the row counters still equal `clean`'s,
+        reset its cumulative statistics (``pg_stat_reset``: table and index scan counts,
+        the database's own counters; the vacuum / analyze counts were zero). False: changed.
+        None: unchanged, reset (the caller takes new counters as the baseline)."""
+        with self.connect_admin(dbname) as conn:
+            if sequences and sequence_state(conn) != sequences:
+                return False
+            if statistics_state(conn) != clean.statistics:
+                return False
+            if self._may_reset_statistics is None:
+                row = conn.execute(
+                    b"SELECT pg_catalog.has_function_privilege('pg_catalog.pg_stat_reset()',"
+                    b" 'EXECUTE')"
+                ).fetchone()
+                self._may_reset_statistics = bool(row and row[0])
+            if not self._may_reset_statistics:
+                return True
+            done = conn.execute(
+                b"SELECT pg_catalog.pg_stat_reset() FROM pg_catalog.pg_stat_database d"
+                b" WHERE d.datid = %s AND d.tup_inserted = %s AND d.tup_updated = %s"
+                b" AND d.tup_deleted = %s AND d.stats_reset::text IS NOT DISTINCT FROM %s"
+                b" AND NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a"
+                b" WHERE a.datid = d.datid AND a.pid <> pg_catalog.pg_backend_pid())",
+                (clean.oid, clean.inserted, clean.updated, clean.deleted, clean.stats_reset),
+            ).fetchall()
+            return None if done else False
+
     def fingerprint(self, dbname: str) -> str:
         """SHA-256 of the logical content of `dbname` (see `inspect.fingerprint`)."""
         with self.connect_admin(dbname) as conn:
@@ -507,7 +550,7 @@ class PGReplica:
             return True
         try:
             return self._changed(clean)
-        except psycopg.Error:  # e.g. a lock held by a trajectory: doubt means dirty
+        except (psycopg.Error, PoolError):  # e.g. a lock held by a trajectory: doubt means dirty
             return True
 
     def _changed(self, clean: PGCounters) -> bool:
@@ -516,19 +559,25 @@ class PGReplica:
         if backend.rollback_prepared(self.dbname) or polluted or not backend.settle(clean.oid):
             return True
         now = backend.counters(clean.oid)
-        if now is None or not now.same_rows(clean):
+        if now is None or not now.same_rows(clean) or clean.statistics is None:
             return True
         if now.xacts == clean.xacts:
             return False  # no transaction at all: nothing can have changed
-        if self._template.sequences and backend.sequences(self.dbname) != self._template.sequences:
-            return True
-        if not backend.settle(clean.oid):  # our own look at the sequences
+        # VACUUM / ANALYZE move no row counter but change what the planner sees; if only
+        # read, what reads leave in the cumulative statistics (scan counts) is wiped
+        unchanged = backend.check_read_only(self.dbname, clean, self._template.sequences)
+        if unchanged is False or not backend.settle(clean.oid):  # our own look at it
             return True
         after = backend.counters(clean.oid)
-        if after is None or not after.same_rows(clean):
+        if after is None:
             return True
-        self._clean = after  # read-only use: move the baseline past it
-        self._write_state(after)
+        if unchanged is None:  # reset: since then only our own reads, no row may have moved
+            if (after.inserted, after.updated, after.deleted) != (0, 0, 0):
+                return True
+        elif not after.same_rows(clean):
+            return True
+        self._clean = replace(after, statistics=clean.statistics)  # move the baseline past it
+        self._write_state(self._clean)
         return False
 
     def restore(self, stats: IOStats, category: str = "restore") -> None:
@@ -553,11 +602,22 @@ class PGReplica:
                 )
                 op.add(read=tpl.size, written=tpl.size)
             oid = backend.database_oid(self.dbname)
-            counters = backend.counters(oid) if oid is not None else None
-        except psycopg.Error as exc:
+            if oid is None:
+                raise RestoreError(
+                    f"replica database {self.dbname!r} vanished right after its restore"
+                )
+            statistics = backend.statistics(self.dbname)
+            settled = backend.settle(oid)  # so the counters include our own look
+            counters = backend.counters(oid)
+        except (psycopg.Error, PoolError) as exc:
+            if isinstance(exc, RestoreError):
+                raise
             raise RestoreError(f"cannot restore replica database {self.dbname!r}: {exc}") from exc
-        if counters is None:
-            raise RestoreError(f"replica database {self.dbname!r} vanished right after its restore")
+        if counters is None or not settled:
+            raise RestoreError(
+                f"replica database {self.dbname!r} vanished or stayed busy right after its restore"
+            )
+        counters = replace(counters, statistics=statistics)
         self._write_state(counters)
         self._clean = counters
         self.restores += 1

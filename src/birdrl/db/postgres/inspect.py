@@ -1,6 +1,6 @@
-"""Reading a PostgreSQL database as admin, for trusted purposes: sequence positions (dirty
-detection), a logical content fingerprint (tests, audits) and the schema text that prompts
-show (`describe`)."""
+"""Reading a PostgreSQL database as admin, for trusted purposes: sequence positions and
+planner statistics (dirty detection), a logical content fingerprint (tests, audits) and the
+schema text that prompts show (`describe`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from birdrl.db.describe import sample_rows_comment
 
-__all__ = ["describe", "fingerprint", "sequence_state"]
+__all__ = ["describe", "fingerprint", "sequence_state", "statistics_state"]
 
 _SEQUENCE_NAMES = (
     "SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c"
@@ -36,6 +36,42 @@ def sequence_state(conn: psycopg.Connection[Any]) -> str:
     )
     rows = conn.execute(parts).fetchall()
     return ",".join(f"{n}={v}/{c}" for n, v, c in rows)
+
+
+# What VACUUM / ANALYZE leave behind that the row counters of pg_stat_database miss:
+# pg_class rows are updated in place (`vac_update_relstats`, `index_update_stats`: the
+# columns below; no tuple is inserted or updated, so no counter moves); pg_statistic and
+# pg_statistic_ext_data rows are ordinary updates (counted), hashed here all the same by
+# identity and xmin (a rewritten row has a new xmin); the cumulative vacuum / analyze counts
+# show a VACUUM that found nothing to change in pg_class. Shared catalogs are left out: only
+# a superuser may vacuum them, and autovacuum does it from whichever database its worker is
+# in (their counts are cluster-wide).
+_STATISTICS = (
+    "SELECT (SELECT pg_catalog.md5(COALESCE(pg_catalog.string_agg(pg_catalog.concat_ws(',',"
+    "  c.oid, c.relfilenode, c.relpages, c.reltuples, c.relallvisible, c.relhasindex,"
+    "  c.relhasrules, c.relhastriggers, c.relhassubclass, c.relfrozenxid, c.relminmxid),"
+    "  chr(10) ORDER BY c.oid), '')) FROM pg_catalog.pg_class c WHERE NOT c.relisshared),"
+    " (SELECT pg_catalog.md5(COALESCE(pg_catalog.string_agg(s.starelid::text || '.'"
+    "  || s.staattnum::text || '.' || s.stainherit::text || '.' || s.xmin::text, ','"
+    "  ORDER BY s.starelid, s.staattnum, s.stainherit), '')) FROM pg_catalog.pg_statistic s),"
+    " (SELECT pg_catalog.md5(COALESCE(pg_catalog.string_agg(d.stxoid::text || '.'"
+    "  || d.xmin::text, ',' ORDER BY d.stxoid), '')) FROM pg_catalog.pg_statistic_ext_data d),"
+    " (SELECT COALESCE(pg_catalog.sum(pg_catalog.pg_stat_get_vacuum_count(c.oid)"
+    "  OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_autovacuum_count(c.oid)"
+    "  OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_analyze_count(c.oid)"
+    "  OPERATOR(pg_catalog.+) pg_catalog.pg_stat_get_autoanalyze_count(c.oid)), 0)"
+    "  FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'm', 't', 'p') AND NOT c.relisshared)"
+)
+
+
+def statistics_state(conn: psycopg.Connection[Any]) -> str:
+    """SHA-256 of what the planner and the cumulative statistics show of the connected
+    database beyond its rows: the size, visibility and freeze columns of every (non-shared)
+    ``pg_class`` row, ``pg_statistic`` and ``pg_statistic_ext_data`` rows by identity and
+    xmin, and the vacuum / analyze counts (one statement, ~1-2 ms on the bundled databases). Equal before and after reads; VACUUM
+    (any form) and ANALYZE change it."""
+    row = conn.execute(_STATISTICS.encode()).fetchone()
+    return hashlib.sha256(repr(row).encode()).hexdigest()
 
 
 _FINGERPRINT = (
