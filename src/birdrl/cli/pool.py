@@ -33,6 +33,7 @@ from birdrl.db.bench.run import (
     plan_bench,
     run_bench,
 )
+from birdrl.db.service_config import ServiceConfig
 from birdrl.errors import BirdrlError
 
 __all__ = ["BenchProgressBars", "pool_app", "render_bench", "render_plan"]
@@ -377,6 +378,13 @@ def pool_serve(
     lease_ttl: Annotated[
         float, typer.Option(help="Seconds after which an unused lease is reclaimed.")
     ] = 3600.0,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            help=f"{_field_help(ServiceConfig).get('max_connections', '')} (default: derived)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a replica pool to other processes of this user on this node (until Ctrl-C)."""
     from birdrl.db.pool import PoolConfig, ReplicaPool
@@ -385,15 +393,17 @@ def pool_serve(
 
     console = results_console()
     with clean_errors():
+        service = ServiceConfig(max_connections=max_connections)
         bench = open_benchmark(tasks, db_root)
         config = PoolConfig(
             root=root, replicas_per_db=replicas_per_db, workers=workers, lease_ttl_s=lease_ttl
         )
         with ReplicaPool(bench.databases, config) as pool:
-            server = PoolServer(pool, socket_path)
+            server = PoolServer(pool, socket_path, service)
             console.print(
                 f"serving {len(bench.databases)} databases × {replicas_per_db} replicas × "
-                f"{workers} worker(s) on {socket_path} (Ctrl-C stops)"
+                f"{workers} worker(s) on {socket_path}, at most {server.max_connections} "
+                "connections (Ctrl-C stops)"
             )
             try:
                 server.serve_forever()

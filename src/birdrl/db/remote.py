@@ -57,6 +57,16 @@ class _Conn:
         self.file.close()
         self.sock.close()
 
+    def leftover_line(self) -> bytes | None:
+        """After a send failed because the server closed the connection: the line it sent
+        before closing (a refusal, see `ConnectionLimitError`), if it sent one."""
+        try:
+            self.sock.settimeout(1.0)  # the server has closed: what is there is there now
+            line = self.file.readline(MAX_LINE_BYTES)
+        except OSError:
+            return None
+        return line if line.endswith(b"\n") else None
+
 
 class PoolClient:
     """Talks to a `PoolServer`. Thread-safe: each call borrows an idle connection (or opens
@@ -84,16 +94,21 @@ class PoolClient:
             )
         for attempt in (1, 2):
             conn = self._checkout()
+            leftover = None
             try:
                 conn.sock.settimeout(timeout)
                 try:
                     conn.sock.sendall(data)
                 except (BrokenPipeError, ConnectionResetError):
-                    if attempt == 1:  # the server dropped the connection before the request
+                    leftover = conn.leftover_line()  # a refusal sent before closing?
+                    if leftover is None and attempt == 1:  # dropped before the request
                         conn.close()
                         continue
-                    raise
-                line = conn.file.readline()
+                    if leftover is None:
+                        raise
+                    line = leftover
+                else:
+                    line = conn.file.readline()
             except OSError as exc:
                 conn.close()
                 raise ServiceUnavailableError(f"{self.socket_path}: {op} failed: {exc}") from exc
@@ -103,12 +118,16 @@ class PoolClient:
                     f"{self.socket_path} closed the connection before replying to {op}; "
                     "the request may or may not have run"
                 )
-            self._checkin(conn)
             break
         try:
             reply = json.loads(line)
         except ValueError as exc:
+            self._checkin(conn)
             raise PoolServiceError(f"unreadable reply from {self.socket_path}: {exc}") from exc
+        if leftover is not None or reply.get("kind") == "ConnectionLimitError":
+            conn.close()  # closed by the server (a refusal on connect: the request never ran)
+        else:
+            self._checkin(conn)
         if reply.get("ok") is not True:
             raise self._error(reply)
         return dict(reply)

@@ -34,12 +34,21 @@ Model SQL only ever runs through the pool's guarded
 Late release: a dropped connection releases nothing, since per-call connections are normal;
 a lease ends on ``release`` (or pool close), and abandoned leases are reclaimed by the pool's
 TTL (`PoolConfig.lease_ttl_s`).
+
+Connections are capped (`ServiceConfig.max_connections`, by default derived from the
+open-file limit, leaving room for the replicas' files): one over the cap gets a single
+refusal line, ``{ok: false, kind: "ConnectionLimitError", error}``, and is closed by the
+accepting thread at once, so idle connections can never take the descriptors that SQLite needs
+for a held lease. Should descriptors run out anyway (other code in the process), the accept
+loop backs off (up to `ACCEPT_BACKOFF_MAX_S`) instead of spinning on EMFILE, logs once per
+burst, and accepts the waiting clients when descriptors free up.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -48,6 +57,7 @@ import socketserver
 import stat
 import struct
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,14 +66,18 @@ from birdrl.db import errors as db_errors
 from birdrl.db.errors import LeaseClosedError, PoolError, UnknownTrajectoryError
 from birdrl.db.pool import Lease, ReplicaPool
 from birdrl.db.sandbox import ErrorKind, ExecResult
+from birdrl.db.service_config import ServiceConfig, connection_cap
 from birdrl.errors import BirdrlError
 
 __all__ = [
+    "ACCEPT_BACKOFF_MAX_S",
     "MAX_LINE_BYTES",
     "BadRequestError",
+    "ConnectionLimitError",
     "PoolServer",
     "PoolServiceError",
     "RemoteError",
+    "ServiceConfig",
     "ServiceUnavailableError",
     "TrajectoryBusyError",
     "exec_result_from_dict",
@@ -72,6 +86,12 @@ __all__ = [
 
 MAX_LINE_BYTES = 1 << 20
 """Longest request line the server reads (without its newline)."""
+
+ACCEPT_BACKOFF_MAX_S = 0.5
+"""Longest pause of the accept loop while the process is out of file descriptors."""
+
+# accept() errors that mean "no descriptors or memory now": retrying at once would spin
+_STARVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +103,10 @@ class PoolServiceError(PoolError):
 
 class ServiceUnavailableError(PoolServiceError, ConnectionError):
     """No server at the socket, or the connection broke before the reply came."""
+
+
+class ConnectionLimitError(ServiceUnavailableError):
+    """The server refused a new connection: it has `ServiceConfig.max_connections` open."""
 
 
 class BadRequestError(PoolServiceError, ValueError):
@@ -108,6 +132,7 @@ _KNOWN_ERRORS: dict[str, type[Exception]] = {
     for cls in (
         *(c for c in vars(db_errors).values() if isinstance(c, type) and issubclass(c, PoolError)),
         BadRequestError,
+        ConnectionLimitError,
         TrajectoryBusyError,
     )
 }
@@ -237,18 +262,29 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     request_queue_size = 128  # many trainer threads connect at once (socketserver's default: 5)
     service: PoolServer
 
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            request = super().get_request()
+        except OSError as exc:  # socketserver drops it and selects again: back off first
+            self.service._accept_failed(exc)
+            raise
+        self.service._accept_ok()
+        return request
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        # runs in the accepting thread: a refused connection never gets a handler thread
+        return self.service._admit(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.service._forget(request)  # every accepted connection ends here, refused or not
+        super().shutdown_request(request)
+
 
 class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def handle(self) -> None:
         service = self.server.service
-        uid = _peer_uid(self.connection)
-        if uid not in (None, os.getuid()):
-            log.warning("pool service: refused a connection from uid %s", uid)
-            return
-        if not service._track(self.connection, add=True):
-            return
         try:
             while True:
                 line = self.rfile.readline(MAX_LINE_BYTES + 1)
@@ -265,18 +301,24 @@ class _Handler(socketserver.StreamRequestHandler):
                 self.wfile.write(_encode(reply))
         except OSError:  # reset by the client, or shut down by close()
             return
-        finally:
-            service._track(self.connection, add=False)
 
 
 class PoolServer:
-    """Serves `pool` on the Unix socket `socket_path` (one thread per connection). The pool
-    stays its caller's: closing the server does not close the pool or release leases."""
+    """Serves `pool` on the Unix socket `socket_path` (one thread per connection, at most
+    `max_connections` at once, see `ServiceConfig`). The pool stays its caller's: closing the
+    server does not close the pool or release leases."""
 
-    def __init__(self, pool: ReplicaPool, socket_path: str | Path) -> None:
+    def __init__(
+        self, pool: ReplicaPool, socket_path: str | Path, config: ServiceConfig | None = None
+    ) -> None:
         self.pool = pool
         self.socket_path = Path(socket_path)
+        self.config = config if config is not None else ServiceConfig()
+        self.max_connections = connection_cap(self.config, len(pool.replicas()))
+        """The cap in force (the config's, or the one derived from the open-file limit)."""
         self.requests = 0
+        self.refused = 0
+        """Connections refused because the cap was reached."""
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -285,6 +327,11 @@ class PoolServer:
         self._acquiring: set[str] = set()
         self._conns: set[socket.socket] = set()
         self._inode: tuple[int, int] | None = None
+        self._stopping = threading.Event()  # cuts an accept back-off short on close()
+        self._refusing = False  # a burst of refusals is under way (logged once)
+        self._starved_since: float | None = None  # out of descriptors since (accept thread)
+        self._starved_fails = 0
+        self._backoff = 0.0
 
     def start(self) -> PoolServer:
         """Listen, and serve from a background thread."""
@@ -333,6 +380,7 @@ class PoolServer:
                 return
             self._closed = True
             server, serving, conns = self._server, self._serving, list(self._conns)
+        self._stopping.set()
         if server is not None:
             if serving:
                 server.shutdown()
@@ -355,14 +403,72 @@ class PoolServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _track(self, conn: socket.socket, *, add: bool) -> bool:
-        with self._lock:
-            if not add:
-                self._conns.discard(conn)
-            elif not self._closed:
-                self._conns.add(conn)
-                return True
+    # -- connections (the accepting thread) -------------------------------------------------
+
+    def _admit(self, conn: socket.socket) -> bool:
+        """Whether to serve a freshly accepted connection; one over the cap gets a refusal."""
+        try:
+            uid = _peer_uid(conn)
+        except OSError:  # the client is gone already
             return False
+        if uid not in (None, os.getuid()):
+            log.warning("pool service: refused a connection from uid %s", uid)
+            return False
+        with self._lock:
+            if self._closed:
+                return False
+            n = len(self._conns)
+            if n < self.max_connections:
+                self._conns.add(conn)
+                self._refusing = False
+                return True
+            self.refused += 1
+            first, self._refusing = not self._refusing, True
+        message = (
+            f"pool service at {self.socket_path} refused the connection: {n} connections open, "
+            f"the cap is {self.max_connections}"
+        )
+        if first:
+            log.warning("%s (logged once until a connection is admitted again)", message)
+        with contextlib.suppress(OSError):  # a client that left misses its refusal, no more
+            conn.setblocking(False)
+            conn.send(_encode(_failure(ConnectionLimitError(message))))
+            # read what the client may have sent already: closing with unread data would
+            # reset the connection, and the client might not read the refusal
+            conn.recv(1 << 16)
+        return False
+
+    def _forget(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """Back off while the process is out of descriptors (socketserver would retry at once:
+        the listening socket stays readable, so the loop would spin)."""
+        if exc.errno not in _STARVED or self._stopping.is_set():
+            return
+        if self._starved_since is None:
+            self._starved_since, self._starved_fails, self._backoff = time.monotonic(), 0, 0.005
+            log.warning(
+                "pool service on %s cannot accept connections: %s; backing off (up to %g s) "
+                "until descriptors free up, waiting clients stay queued",
+                self.socket_path,
+                exc.strerror or exc,
+                ACCEPT_BACKOFF_MAX_S,
+            )
+        self._starved_fails += 1
+        self._backoff = min(self._backoff * 2, ACCEPT_BACKOFF_MAX_S)
+        self._stopping.wait(self._backoff)
+
+    def _accept_ok(self) -> None:
+        if self._starved_since is not None:
+            log.warning(
+                "pool service on %s accepts connections again, after %.1f s and %d failed accepts",
+                self.socket_path,
+                time.monotonic() - self._starved_since,
+                self._starved_fails,
+            )
+            self._starved_since = None
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -403,7 +509,7 @@ class PoolServer:
             return _where(pool.get(traj_id))
         if op == "stats":
             with self._lock:
-                connections, requests = len(self._conns), self.requests
+                connections, requests, refused = len(self._conns), self.requests, self.refused
             return {
                 "pid": os.getpid(),
                 "worker_ids": list(pool.worker_ids),
@@ -412,6 +518,8 @@ class PoolServer:
                 "replicas": pool.snapshot(),
                 "io": pool.stats.as_dict(),
                 "connections": connections,
+                "max_connections": self.max_connections,
+                "refused_connections": refused,
                 "requests": requests,
             }
         return {"pid": os.getpid()}  # ping
