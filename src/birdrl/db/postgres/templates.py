@@ -57,6 +57,9 @@ def sqlite_templates_on_server(
                     )
                 )
                 load_sqlite(Path(path), conn, owner=server.sandbox_role)
+                # frozen and analyzed once, before any pool reads its statistics: leaves a
+                # server's autovacuum nothing to change in the template afterwards
+                conn.execute("VACUUM (FREEZE, ANALYZE)")
             backend.query(
                 sql.SQL("COMMENT ON DATABASE {} IS {}").format(ident, sql.Literal(marker))
             )
