@@ -3,7 +3,11 @@
 1. A typical ``execute_sql`` through `SQLActEnv.step` (tool-call parsing, the guarded
    connection, result formatting) vs the same statement on a raw ``sqlite3`` connection
    (execute + fetchall). Target: env ≤ 1.2 × raw + 0.3 ms.
-2. Episodes per second with the scripted ``explorer`` agent over the bundled test set, at
+2. What scoring a submission costs: the ``submit_solution`` step (release of the
+   exploration replica, then a fresh scoring replica, ``preprocess_sql``, the submission and
+   its tests in an evaluator worker) for the gold fix on every task of the bundled test set,
+   after a trajectory that applied the fix itself (its replica is dirty).
+3. Episodes per second with the scripted ``explorer`` agent over the bundled test set, at
    1, 8 and 64 concurrent trajectories (the 48 tasks four times over) (each episode: 3-4 tool calls, then scoring).
 
     python benchmarks/env_overhead.py [--repeats 300]
@@ -59,6 +63,31 @@ def overhead(bench, repeats: int) -> None:
     )
 
 
+def submission_cost(bench, rounds: int = 3) -> None:
+    tasks = bench.debugging_tasks()
+    steps = []
+    with scoring_session(
+        bench.databases, replicas_per_db=1, eval_config=EvalConfig(workers=1)
+    ) as (pool, ev):
+        for task in tasks:  # phase 1 is cached per task in training and evaluation alike
+            ev.evaluate(task, list(task.sol_sql))
+        for _ in range(rounds):
+            for task in tasks:
+                env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=len(task.sol_sql) + 1))
+                env.reset(task)
+                for sql in task.sol_sql:  # the agent tries the fix on its own replica
+                    env.step(render_tool_call("execute_sql", {"sql": sql}))
+                t0 = time.perf_counter()
+                env.step(render_tool_call("submit_solution", {"sql": list(task.sol_sql)}))
+                steps.append(time.perf_counter() - t0)
+    ms = sorted(x * 1e3 for x in steps)
+    print(
+        f"submit_solution step (fresh scoring, 1 worker): median {statistics.median(ms):.1f} ms, "
+        f"p90 {ms[int(0.9 * len(ms))]:.1f} ms, mean {statistics.fmean(ms):.1f} ms "
+        f"over {len(ms)} submissions"
+    )
+
+
 def throughput(bench) -> None:
     tasks = bench.debugging_tasks() * 4  # 192 episodes, so 64 can really be in flight
     for concurrency in (1, 8, 64):
@@ -84,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     bench = open_benchmark("bundled:test")
     overhead(bench, args.repeats)
+    submission_cost(bench)
     throughput(bench)
 
 

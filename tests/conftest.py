@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from birdrl.db.postgres.cluster import LocalCluster, find_pg_bin
+from birdrl.evaluation.dialects import DialectRun
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -131,3 +132,16 @@ def pg_cluster() -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_bundled_test(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
+    """The bundled test split transpiled to PostgreSQL, loaded and validated once per session
+    (several modules score it)."""
+    from birdrl.evaluation.dialects import open_dialect
+    from birdrl.evaluation.evaluator import EvalConfig
+    from birdrl.tasks.benchmark import open_benchmark
+
+    bench = open_benchmark("bundled:test")
+    with open_dialect(bench, "postgresql", EvalConfig(workers=2), pg_dsn=pg_cluster.dsn) as run:
+        yield run

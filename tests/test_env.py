@@ -105,17 +105,47 @@ def test_gold_and_issue_rewards(pool, evaluator) -> None:
     assert "0 of 1 hidden test" in issue.observation
 
 
-def test_trajectory_sees_its_own_writes_across_turns_and_in_scoring(pool, evaluator) -> None:
+def test_trajectory_sees_its_own_writes_across_turns_but_scoring_is_fresh(pool, evaluator) -> None:
     env = SQLActEnv(pool, evaluator)
     env.reset(MARKER)
     first = env.step(call("execute_sql", "INSERT INTO t(x) VALUES (99)"))
     assert "1 row(s) affected" in first.observation
     seen = env.step(call("execute_sql", "SELECT count(*) FROM t WHERE x = 99"))
     assert "\n1\n" in seen.observation
-    # the submission itself writes nothing; the test passes only because scoring runs on
-    # this trajectory's replica, where the earlier INSERT persists
+    # the fix applied during exploration is not the submission: a no-op submission is
+    # scored on a fresh replica (the official semantics) and fails the hidden test
     final = env.step(call("submit_solution", "SELECT 1"))
-    assert final.reward == 1.0 and final.info["mutated"]
+    assert final.reward == 0.0 and final.info["mutated"] and not final.info["success"]
+    assert final.reward == evaluator.evaluate(MARKER, ["SELECT 1"]).reward
+
+
+def test_testing_the_fix_first_does_not_spoil_the_submission(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(MARKER)
+    env.step(call("execute_sql", "INSERT INTO t(x) VALUES (99)"))  # try the fix
+    final = env.step(call("submit_solution", list(MARKER.sol_sql)))  # then submit it
+    # on the exploration replica the row would now be there twice and the test would fail
+    assert final.reward == 1.0 and final.info["success"]
+
+
+def test_submission_releases_the_exploration_replica_before_scoring(pool, evaluator) -> None:
+    env = SQLActEnv(pool, evaluator)
+    env.reset(MARKER, traj_id="sub")
+    env.step(call("execute_sql", "SELECT 1"))
+    assert pool.active_leases() == ["sub"]
+    seen: list[list[str]] = []
+    real = evaluator.evaluate
+
+    def spy(task, pred):
+        seen.append(pool.active_leases())
+        return real(task, pred)
+
+    evaluator.evaluate = spy
+    try:
+        env.step(call("submit_solution", "SELECT 1"))
+    finally:
+        del evaluator.evaluate
+    assert seen == [[]]
 
 
 def test_concurrent_trajectories_are_isolated(pool, evaluator) -> None:
@@ -124,8 +154,9 @@ def test_concurrent_trajectories_are_isolated(pool, evaluator) -> None:
     b.reset(MARKER, traj_id="b")
     a.step(call("execute_sql", "INSERT INTO t(x) VALUES (99)"))
     assert "\n0\n" in b.step(call("execute_sql", "SELECT count(*) FROM t WHERE x = 99")).observation
-    assert b.step(call("submit_solution", "SELECT 1")).reward == 0.0  # a's write is not b's
-    assert a.step(call("submit_solution", "SELECT 1")).reward == 1.0
+    a.step(call("execute_sql", "INSERT INTO t(x) VALUES (98)"))
+    assert b.step(call("submit_solution", list(MARKER.sol_sql))).reward == 1.0
+    assert a.step(call("submit_solution", "SELECT 1")).reward == 0.0  # a's writes score nothing
 
 
 def test_submission_that_writes_is_scored_once(pool, evaluator) -> None:
@@ -275,6 +306,33 @@ def test_agent_failure_ends_episodes_as_infra_errors(pool, evaluator) -> None:
     assert [t.stop_reason for t in trajs] == ["infra_error"] * 4
     assert all("endpoint timed out" in (t.infra_error or "") for t in trajs)
     assert all(t.reward == 0.0 and not t.success for t in trajs)
+
+
+class BrokenSQLAgent:
+    """Explores with a query that fails, then submits SQL that cannot execute."""
+
+    name = "broken-sql"
+
+    def generate(self, conversations, tools=None):
+        out = []
+        for conversation in conversations:
+            explored = any(m["role"] == "tool" for m in conversation)
+            name = "submit_solution" if explored else "execute_sql"
+            out.append(call(name, "SELECT no_such_column FROM t"))
+        return out
+
+
+def test_trajectory_summary_counts_real_execution_errors(pool, evaluator) -> None:
+    from birdrl.agents.evaluate import summarize_trajectories
+
+    trajs = run_episodes([QUERY, MARKER], BrokenSQLAgent(), pool, evaluator)
+    assert all(t.execution_error and t.sql_errors == 1 for t in trajs)
+    summary = summarize_trajectories(trajs)
+    assert summary.execution_errors == 2 and summary.extra["exploration_sql_errors"] == 2
+    gold = summarize_trajectories(
+        run_episodes([QUERY, MARKER], ScriptedAgent("gold"), pool, evaluator)
+    )
+    assert gold.execution_errors == 0 and gold.overall.success == 2
 
 
 def test_trajectories_load_with_datasets(pool, evaluator, tmp_path: Path) -> None:

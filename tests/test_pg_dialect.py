@@ -5,7 +5,6 @@ and the multi-dialect table of the CLI."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,15 @@ from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.registry import make_agent
 from birdrl.cli import app
 from birdrl.db.postgres.cluster import LocalCluster
-from birdrl.evaluation.dialects import DialectRun, open_dialect
-from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.dialects import DialectRun
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
-from birdrl.tasks.benchmark import open_benchmark
 
 pytest.importorskip("psycopg")
 
 
 @pytest.fixture(scope="module")
-def run(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
-    bench = open_benchmark("bundled:test")
-    with open_dialect(bench, "postgresql", EvalConfig(workers=2), pg_dsn=pg_cluster.dsn) as run:
-        yield run
+def run(pg_bundled_test: DialectRun) -> DialectRun:
+    return pg_bundled_test
 
 
 def test_transpiled_test_set_validates_and_drops_are_counted(run: DialectRun) -> None:

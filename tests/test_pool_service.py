@@ -269,10 +269,11 @@ def test_sqlact_env_over_the_service(
         final = env.step(render_tool_call("submit_solution", {"sql": list(task.sol_sql)}))
         assert (final.reward, final.stop_reason) == (1.0, StopReason.SUBMITTED)
         assert pool.active_leases() == []  # the episode's end released it over the service
-        env.reset(task)  # an episode that writes during play, then submits nothing that writes
+        env.reset(task)  # an episode that applies the fix during play, then submits a no-op
         env.step(render_tool_call("execute_sql", {"sql": "INSERT INTO tags VALUES ('zz', 'z')"}))
         again = env.step(render_tool_call("submit_solution", {"sql": "SELECT 1"}))
-        assert again.reward == 1.0
+        assert again.reward == 0.0  # scored on a fresh replica, as a prediction would be
+        assert pool.active_leases() == []
         assert remote.templates["shop"].path == pool.templates["shop"].path
         check_env(SQLActEnv(remote, evaluator), task)
 
@@ -532,3 +533,208 @@ def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "serving 6 databases" in out and not sock.exists()
+
+
+# -- connection cap and descriptor exhaustion -----------------------------------------------
+
+
+def test_connections_over_the_cap_are_refused_and_the_rest_keep_working(
+    pool: ReplicaPool, sock_dir: Path
+) -> None:
+    import time
+
+    from birdrl.db.service import ConnectionLimitError, ServiceConfig
+
+    with PoolServer(pool, sock_dir / "cap.sock", ServiceConfig(max_connections=4)) as server:
+        path = server.socket_path
+        clients = [PoolClient(path, timeout=10) for _ in range(4)]
+        lease = clients[0].acquire("held", "shop")  # each client keeps one connection open
+        for c in clients[1:]:
+            assert c.ping() == os.getpid()
+        threads = threading.active_count()
+        extra = PoolClient(path, timeout=10)
+        for _ in range(3):  # a refusal, every time, with what happened and where
+            with pytest.raises(
+                ConnectionLimitError,
+                match=f"pool service at {path} refused the connection: "
+                "4 connections open, the cap is 4",
+            ) as info:
+                extra.ping()
+            assert isinstance(info.value, ServiceUnavailableError)
+        # refused and closed before the client sent its request: the refusal still comes out
+        from birdrl.db.remote import _Conn
+
+        extra._idle.append(_Conn(path, 5))
+        time.sleep(0.2)
+        with pytest.raises(ConnectionLimitError, match="the cap is 4"):
+            extra.ping()
+        # a raw connection gets the refusal line and is closed at once, without a thread
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(str(path))
+            f = s.makefile("rb")
+            refusal = json.loads(f.readline())
+            assert f.readline() == b""  # closed by the server
+            f.close()
+        assert refusal["ok"] is False and refusal["kind"] == "ConnectionLimitError"
+        assert threading.active_count() == threads
+        # the open connections and their lease keep working
+        assert lease.execute("DELETE FROM tags").ok
+        assert clients[1].execute("held", "SELECT count(*) FROM tags").rows == ((0,),)
+        stats = clients[2].stats()
+        assert stats["connections"] == 4 and stats["max_connections"] == 4
+        assert stats["refused_connections"] == 5
+        assert lease.release()
+        for c in clients:
+            c.close()
+        deadline = time.monotonic() + 5  # the server sees the closes as its threads end
+        while True:
+            try:
+                assert extra.ping() == os.getpid()
+                break
+            except ConnectionLimitError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        extra.close()
+
+
+def test_the_cap_is_checked_against_the_open_file_limit(pool: ReplicaPool, sock_dir: Path) -> None:
+    from birdrl.db import PoolConfigError
+    from birdrl.db.service import ServiceConfig
+    from birdrl.db.service_config import connection_cap, open_file_limit
+
+    replicas = len(pool.replicas())  # 2 templates x 4
+    assert connection_cap(ServiceConfig(), replicas, fd_limit=1024) == 1024 - 64 - 4 * replicas
+    assert connection_cap(ServiceConfig(), replicas, fd_limit=100_000) == 1024
+    assert connection_cap(ServiceConfig(max_connections=5), replicas, fd_limit=200) == 5
+    with pytest.raises(PoolConfigError, match="RLIMIT_NOFILE is 200.*room for 104 connections"):
+        connection_cap(ServiceConfig(max_connections=105), replicas, fd_limit=200)
+    with pytest.raises(PoolConfigError, match="room for 0 connections"):
+        connection_cap(ServiceConfig(), replicas, fd_limit=64)
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(PoolConfigError, match="max_connections must be a positive"):
+            ServiceConfig(max_connections=bad)  # type: ignore[arg-type]
+    with pytest.raises(PoolConfigError, match="does not fit the open-file limit"):
+        PoolServer(pool, sock_dir / "x.sock", ServiceConfig(max_connections=open_file_limit()))
+    assert not (sock_dir / "x.sock").exists()
+    server = PoolServer(pool, sock_dir / "y.sock")
+    assert 1 <= server.max_connections <= min(1024, open_file_limit() - 64 - 4 * replicas)
+
+
+# A server in its own process with a low open-file limit. On "fill" it opens descriptors until
+# none are left (as other code in the process might), on "free" it closes them again.
+STARVED_SERVER = """
+import logging, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from birdrl.db import PoolConfig, ReplicaPool
+from birdrl.db.service import PoolServer
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+sock, root, *templates = sys.argv[1:]
+config = PoolConfig(root=root, replicas_per_db=2)
+with ReplicaPool({f"db{i}": p for i, p in enumerate(templates)}, config) as pool:
+    with PoolServer(pool, sock):
+        print("serving", flush=True)
+        held = []
+        for line in sys.stdin:
+            if line.strip() == "fill":
+                try:
+                    while True:
+                        held.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    pass
+                print("filled", len(held), flush=True)
+            elif line.strip() == "free":
+                for fd in held:
+                    os.close(fd)
+                held.clear()
+                print("freed", flush=True)
+            else:
+                break
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads CPU time from /proc")
+def test_out_of_descriptors_backs_off_and_recovers(
+    templates: dict[str, Path], sock_dir: Path, tmp_path: Path
+) -> None:
+    import sys
+    import time
+
+    sock = sock_dir / "starved.sock"
+    args = [str(sock), str(tmp_path / "pool"), *(str(p) for p in templates.values())]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STARVED_SERVER, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "serving\n", proc.stderr and proc.stderr.read()
+        with PoolClient(sock, timeout=10) as early:
+            assert early.ping() == proc.pid
+        proc.stdin.write("fill\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().startswith("filled ")
+        pids: list[int] = []
+        errors: list[BaseException] = []
+
+        def ping() -> None:
+            try:
+                with PoolClient(sock, timeout=20) as c:
+                    pids.append(c.ping())
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        waiting = [threading.Thread(target=ping) for _ in range(3)]
+        for t in waiting:
+            t.start()  # connected (queued by the kernel); the server cannot accept them
+        time.sleep(0.3)
+        before = _cpu_seconds(proc.pid)
+        time.sleep(1.0)
+        spent = _cpu_seconds(proc.pid) - before
+        assert not pids and not errors  # nothing was served while starved
+        proc.stdin.write("free\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "freed\n"
+        for t in waiting:
+            t.join(20)
+        assert not errors, errors
+        assert pids == [proc.pid] * 3  # the waiting clients were served once it recovered
+        with PoolClient(sock, timeout=10) as fresh:
+            assert fresh.ping() == proc.pid
+        # a busy loop on EMFILE burns a whole core (~0.5 s of CPU per second on a shared one)
+        assert spent < 0.15, f"the starved server used {spent:.2f} s of CPU in 1 s"
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.count("cannot accept connections") == 1, err  # once per burst
+    assert err.count("accepts connections again") == 1, err
+
+
+def test_cli_pool_serve_checks_max_connections(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from birdrl.cli import app
+
+    args = ["pool", "serve", "--socket", str(tmp_path / "s.sock"), "--root", str(tmp_path / "p")]
+    result = CliRunner().invoke(app, [*args, "--max-connections", "0"])
+    assert result.exit_code == 1
+    assert "max_connections must be a positive integer" in result.output
+    result = CliRunner().invoke(app, [*args, "--max-connections", str(1 << 30)])
+    assert result.exit_code == 1
+    assert "does not fit the open-file limit" in result.output
+    assert not (tmp_path / "s.sock").exists()

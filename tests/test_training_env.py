@@ -123,6 +123,25 @@ def test_tool_schemas_match_the_methods() -> None:
     assert isinstance(SQLActToolEnv.execute_sql.__doc__, str)
 
 
+def test_tool_descriptions_agree_across_stage_2_stage_4_and_verl() -> None:
+    """The model reads one account of the tools wherever it meets them: the environment's
+    schemas (stage-2 data, rollouts), TRL's (stage 4, from the docstrings) and verl's; and
+    that account says the submission is judged on a fresh database."""
+    pytest.importorskip("transformers")
+    from birdrl.env.tools import TOOLS
+    from birdrl.training.environment import tool_schemas
+    from birdrl.training.verl.tools import verl_tool_schemas
+
+    def descriptions(schemas) -> list[str]:
+        return [" ".join(s["function"]["description"].split()) for s in schemas]
+
+    env = descriptions(TOOLS)
+    assert descriptions(tool_schemas()) == env
+    assert descriptions(verl_tool_schemas()) == env
+    assert "fresh copy of the database in its original state" in env[1]
+    assert "not part of your submission" in env[0]
+
+
 def test_verify_clean_fingerprints_every_lease(setup) -> None:
     tasks, pool, evaluator = setup
     session = ToolEnvSession(tasks, pool, evaluator, verify_clean=True)

@@ -55,15 +55,16 @@ def summarize_trajectories(trajectories: Sequence[Trajectory]) -> Summary:
         overall=Score(n, sum(t.success for t in trajectories)),
         by_category=by_category,
         mean_reward=sum(t.reward for t in trajectories) / n if n else 0.0,
-        execution_errors=0,
-        timeouts=sum(t.stop_reason == "timeout" for t in trajectories),
+        execution_errors=sum(t.execution_error for t in trajectories),
+        timeouts=sum(t.timeout_error or t.stop_reason == "timeout" for t in trajectories),
         infra_errors=sum(t.infra_error is not None for t in trajectories),
-        invalid_tasks=0,
+        invalid_tasks=sum(t.issue_sql_passed for t in trajectories),
         extra={
             "avg_turns": sum(t.turns for t in trajectories) / n if n else 0.0,
             "tool_call_validity": (calls - invalid) / calls if calls else 1.0,
             "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
             "mutated_episodes": sum(t.mutated for t in trajectories),
+            "exploration_sql_errors": sum(t.sql_errors for t in trajectories),
         },
     )
 

@@ -65,6 +65,14 @@ class Trajectory:
     seconds: float
     turn_log: list[dict[str, Any]]
     infra_error: str | None = None
+    sql_errors: int = 0
+    """``execute_sql`` calls that returned an error (exploration, not the submission)."""
+    execution_error: bool = False
+    """The submission failed to execute on the fresh scoring replica (no test ran)."""
+    timeout_error: bool = False
+    """The submission ran past its time limit when scored."""
+    issue_sql_passed: bool = False
+    """The task's own issue SQL passes its tests (an invalid task, failed for everyone)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -223,6 +231,10 @@ def _record(slot: _Slot, result: StepResult | None, infra_error: str | None = No
         seconds=summary["seconds"],
         turn_log=summary["turn_log"],
         infra_error=error,
+        sql_errors=summary["sql_errors"],
+        execution_error=summary["execution_error"],
+        timeout_error=summary["timeout_error"],
+        issue_sql_passed=summary["issue_sql_passed"],
     )
 
 

@@ -182,7 +182,7 @@ class Lease:
     def reset_connection(self) -> None:
         """Close the guarded connection (rolling back an open transaction, dropping TEMP
         objects and connection PRAGMAs); the next `execute` opens a fresh one. Use it before
-        handing `path` to another process that must write, e.g. to score a submission.
+        trusted code of this trajectory opens `locator` itself and must write.
         Waits for a running statement of this lease to end (only this trajectory waits):
         on return no connection of the lease is open on the replica."""
         self._close_box()

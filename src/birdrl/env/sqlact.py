@@ -1,16 +1,20 @@
 """`SQLActEnv`: one episode of SQL debugging around one trajectory-scoped lease.
 
 ``reset(task)`` leases a replica for the trajectory and runs the task's ``preprocess_sql``
-on it; each ``step(model_text)`` reads the tool calls, runs ``execute_sql`` on that same
-replica (changes persist) or scores ``submit_solution`` with the evaluator on that same
-replica (the benchmark's flow: the submission, then the hidden tests); ``close()`` releases
-the lease. Episodes end on submit, at the tool-call limit, when the conversation outgrows
-the context budget, or at the episode's time limit; infrastructure failures end the
-episode with `StopReason.INFRA_ERROR` and are never scored as a wrong answer.
+on it; each ``step(model_text)`` reads the tool calls and runs ``execute_sql`` on that same
+replica, so changes persist for the rest of the episode: it is the agent's private scratch
+state for testing hypotheses. ``submit_solution`` ends the episode: the exploration replica
+is released at once (the delayed release ends at submission) and the submission is scored
+exactly as ``birdrl eval --predictions`` scores the same SQL, on a fresh replica in the
+task's initial state (template + ``preprocess_sql``, the submitted statements, the hidden
+tests, ``clean_up_sql``), never on the replica the agent explored: whatever the agent did
+with ``execute_sql`` cannot change its reward. ``close()`` releases the lease. Episodes end
+on submit, at the tool-call limit, when the conversation outgrows the context budget, or at
+the episode's time limit; infrastructure failures end the episode with
+`StopReason.INFRA_ERROR` and are never scored as a wrong answer.
 
 In single-turn mode the model answers once with the fixed SQL in an ``<answer>`` block; the
-answer (a script, split into its statements) is scored on a fresh database state, exactly
-like a benchmark prediction.
+answer (a script, split into its statements) is scored the same way.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class _Episode:
     invalid_calls: int = 0
     turns: int = 0
     mutated: bool = False
+    sql_errors: int = 0
     done: bool = False
     report: TestReport | None = None
     submission: list[str] | None = None
@@ -231,6 +236,8 @@ class SQLActEnv:
         result = ep.lease.execute(sql)
         if result.ok and (result.rowcount > 0 or _is_write(sql)):
             ep.mutated = True
+        if not result.ok:
+            ep.sql_errors += 1
         return format_result(result, self.config.observation_rows, self.config.observation_chars)
 
     def _submit(self, ep: _Episode, call: ToolCall, observations: list[str]) -> StepResult:
@@ -244,15 +251,21 @@ class SQLActEnv:
             )
         statements = [sql] if isinstance(sql, str) else list(sql)
         ep.submission = statements
-        assert ep.lease is not None
-        ep.lease.reset_connection()  # an open transaction of the model must not block scoring
-        report = self.evaluator.evaluate_in_place(ep.task, statements, ep.lease.locator)
-        ep.report = report
+        report = self._score(ep, statements)
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         observation = (
             f"Submitted. {report.passed} of {report.expected_tests} hidden test(s) passed."
         )
         return self._end(ep, observation, report.reward, reason, infra_error=report.infra_error)
+
+    def _score(self, ep: _Episode, statements: list[str]) -> TestReport:
+        """The official semantics: the exploration replica is released (its state is the
+        agent's scratch space, not the graded database) and the submission is scored on a
+        fresh replica, like a prediction file."""
+        self.close()
+        report = self.evaluator.evaluate(ep.task, statements)
+        ep.report = report
+        return report
 
     def _answer(self, ep: _Episode, text: str) -> StepResult:
         sql = extract_answer(text)
@@ -262,8 +275,7 @@ class SQLActEnv:
             )
         # the answer block is a script: its statements are the prediction's list
         ep.submission = split_statements(sql) or [sql]
-        report = self.evaluator.evaluate(ep.task, ep.submission)
-        ep.report = report
+        report = self._score(ep, ep.submission)
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         return self._end(
             ep,
@@ -312,9 +324,13 @@ class SQLActEnv:
             "tool_calls": ep.tool_calls,
             "invalid_tool_calls": ep.invalid_calls,
             "mutated": ep.mutated,
+            "sql_errors": ep.sql_errors,
             "submission": ep.submission,
             "reward": report.reward if report else 0.0,
             "success": bool(report and report.success),
+            "execution_error": bool(report and report.execution_error),
+            "timeout_error": bool(report and report.timeout_error),
+            "issue_sql_passed": bool(report and report.issue_sql_passed),
             "seconds": round(time.monotonic() - ep.started, 6),
             "turn_log": list(ep.turn_log),
         }

@@ -22,9 +22,9 @@ EXECUTE_SQL: dict[str, Any] = {
     "function": {
         "name": "execute_sql",
         "description": (
-            "Run SQL on your private copy of the database and see the result (or the error). "
-            "Changes you make persist for the rest of this conversation and are seen by your "
-            "submitted solution."
+            "Run SQL on your private copy of the database and see the result or the error. "
+            "Changes you make persist for the rest of this conversation, so you can try out "
+            "a fix; they are not part of your submission."
         ),
         "parameters": {
             "type": "object",
@@ -39,8 +39,9 @@ SUBMIT_SOLUTION: dict[str, Any] = {
     "function": {
         "name": "submit_solution",
         "description": (
-            "Submit the fixed SQL and end the conversation. It is run once, statement by "
-            "statement, and checked by hidden tests."
+            "Submit the fixed SQL and end the conversation. It is judged on a fresh copy of "
+            "the database in its original state, without your earlier changes: it is run "
+            "once, statement by statement, and checked by hidden tests."
         ),
         "parameters": {
             "type": "object",

@@ -204,36 +204,6 @@ class Evaluator:
             return self._report(task, _FAILED, issue_passed, infra_error=str(exc))
         return self._report(task, result, issue_passed)
 
-    def evaluate_in_place(
-        self, task: Task, pred_sqls: Sequence[str] | str, db_path: str | Path
-    ) -> TestReport:
-        """Score a submission on an existing replica (a trajectory's own, whose state the
-        episode already set up: `preprocess_sql` is not run again): `db_path` is its
-        `Lease.locator`, of this evaluator's dialect. Phase 1 still runs on a fresh state.
-        The replica must have no open connection holding a write lock."""
-        if not task.has_reference:
-            raise TaskNotScorableError(
-                f"task {task.instance_id!r} has no sol_sql: cannot be scored"
-            )
-        pred = (pred_sqls,) if isinstance(pred_sqls, str) else tuple(pred_sqls)
-        issue_passed = False
-        if self.config.check_issue_sql and task.issue_sql:
-            try:
-                issue_passed = _all_passed(self._issue_phase(task))
-            except JobTimeout:
-                issue_passed = False
-            except (WorkerError, PoolError) as exc:
-                return self._report(task, _FAILED, False, infra_error=f"issue-SQL check: {exc}")
-        job = self._phase_job(task, pred, str(db_path), preprocess=False)
-        try:
-            out = self._on_worker(lambda worker: worker.run(job, self.config.job_timeout_s))
-        except JobTimeout as exc:
-            out = PhaseResult(0, 0, errors=(str(exc),), timeout_error=True)
-        except WorkerError as exc:
-            return self._report(task, _FAILED, issue_passed, infra_error=str(exc))
-        assert isinstance(out, PhaseResult)
-        return self._report(task, out, issue_passed)
-
     def evaluate_many(
         self,
         items: Iterable[tuple[Task, Sequence[str] | str]],
@@ -294,14 +264,12 @@ class Evaluator:
             self._issue_cache[key] = result
         return result
 
-    def _phase_job(
-        self, task: Task, sql: tuple[str, ...], path: str, preprocess: bool = True
-    ) -> PhaseJob:
+    def _phase_job(self, task: Task, sql: tuple[str, ...], path: str) -> PhaseJob:
         return PhaseJob(
             db_path=path,
             sql=sql,
             sol_sql=task.sol_sql,
-            preprocess_sql=task.preprocess_sql if preprocess else (),
+            preprocess_sql=task.preprocess_sql,
             clean_up_sql=task.clean_up_sql,
             test_cases=task.test_cases,
             conditions=dict(task.conditions),

@@ -6,8 +6,10 @@ TRL constructs a few instances and reuses them across batches through ``reset``;
 instance wraps one `SQLActEnv`, so the trajectory-scoped lease of the design carries over:
 ``reset`` first releases the previous episode's lease (the delayed release; a submission
 releases it at once), then leases a replica for the new trajectory and runs the task's
-``preprocess_sql`` on it. Tool calls run on that replica; ``submit_solution`` scores the
-submission on it with the same evaluator the benchmark uses. The reward is the fraction of
+``preprocess_sql`` on it. Tool calls run on that replica (the agent's scratch state);
+``submit_solution`` scores the submission with the same evaluator the benchmark uses, on a
+fresh replica in the task's initial state, exactly as a prediction file is scored. The
+reward is the fraction of
 hidden tests passed (0 when the episode ended without a submission); an infrastructure
 failure gives ``None`` so TRL keeps it out of the advantage instead of scoring it as wrong.
 """
@@ -160,8 +162,8 @@ class SQLActToolEnv:
 
     def execute_sql(self, sql: str) -> str:
         """Run SQL on your private copy of the database and see the result or the error.
-        Changes you make persist for the rest of this conversation and are seen by your
-        submitted solution.
+        Changes you make persist for the rest of this conversation, so you can try out
+        a fix; they are not part of your submission.
 
         Args:
             sql: One or more SQL statements.
@@ -172,8 +174,9 @@ class SQLActToolEnv:
         return self._call("execute_sql", sql)
 
     def submit_solution(self, sql: str) -> str:
-        """Submit the fixed SQL and end the conversation. It is run once, statement by
-        statement, and checked by hidden tests.
+        """Submit the fixed SQL and end the conversation. It is judged on a fresh copy of
+        the database in its original state, without your earlier changes: it is run
+        once, statement by statement, and checked by hidden tests.
 
         Args:
             sql: The fixed SQL; several statements are separated by semicolons.

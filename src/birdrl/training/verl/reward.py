@@ -9,8 +9,10 @@ per process. ``ground_truth`` is the task's instance_id (see `export`).
 * Stage 3 (single turn): the ``<answer>`` block of the response, split into statements and
   scored like `ExecutionReward`: a debugging task's pass rate, a text-to-SQL task's EX;
   no answer block is 0.0.
-* Stage 4 (tools): the submission was scored on the trajectory's own replica by the
-  ``submit_solution`` tool; its reward comes back in ``extra_info["tool_rewards"]`` (verl's
+* Stage 4 (tools): the submission was scored by the ``submit_solution`` tool with the same
+  evaluator, on a fresh replica in the task's initial state (never on the replica the
+  trajectory explored), so a tool reward equals what this function would give the same
+  SQL; it comes back in ``extra_info["tool_rewards"]`` (verl's
   reward loop, >= 0.7) or ``extra_info["rollout_reward_scores"]`` (older SGLang rollout).
   No submission is 0.0. The response text is never parsed (it holds tool output).
 
