@@ -68,6 +68,41 @@ def test_accepted_forms(text: str, name: str, sql: str) -> None:
     assert call.name == name and sql_argument(call) == sql
 
 
+# The shape issue 13 reports from the embedded SmolLM2-135M after stage-2 SFT: SQL copied
+# verbatim from the prompt into the JSON string, raw newlines and indentation included
+# (json.loads rejects them by default; these turns failed to parse before).
+RAW_NEWLINE_TURNS = [
+    (
+        '<tool_call>\n{"name": "submit_solution", "arguments": {"sql": "SELECT c.FirstName, '
+        "c.LastName, SUM(i.Total) AS total\nFROM Customer c\nJOIN Invoice i ON i.CustomerId = "
+        'c.CustomerId\nGROUP BY c.CustomerId\nORDER BY total DESC;"}}\n</tool_call>',
+        "submit_solution",
+        "SELECT c.FirstName, c.LastName, SUM(i.Total) AS total\nFROM Customer c\nJOIN Invoice i "
+        "ON i.CustomerId = c.CustomerId\nGROUP BY c.CustomerId\nORDER BY total DESC;",
+    ),
+    (
+        'Let me look at the data.\n<tool_call>\n{"name": "execute_sql", "arguments": {"sql": '
+        '"SELECT *\n\tFROM loans\n\tWHERE returned_at IS NULL\n LIMIT 5"}}\n</tool_call>',
+        "execute_sql",
+        "SELECT *\n\tFROM loans\n\tWHERE returned_at IS NULL\n LIMIT 5",
+    ),
+    (
+        '<tool_call>{"name": "submit_solution", "arguments": "{\\"sql\\": \\"UPDATE t\nSET x = 1\\"}"}'
+        "</tool_call>",
+        "submit_solution",
+        "UPDATE t\nSET x = 1",
+    ),
+]
+
+
+@pytest.mark.parametrize("text, name, sql", RAW_NEWLINE_TURNS)
+def test_raw_newlines_inside_json_strings_are_accepted(text: str, name: str, sql: str) -> None:
+    parsed = parse_turn(text)
+    assert parsed.error is None, parsed.error
+    (call,) = parsed.calls
+    assert call.name == name and sql_argument(call) == sql
+
+
 def test_several_calls_and_lists() -> None:
     text = (
         render_tool_call("execute_sql", {"sql": "SELECT 1"})

@@ -10,7 +10,8 @@ Accepted forms, most specific first:
 * a bare JSON object ``{"name": ..., "arguments"|"parameters": {...}}`` anywhere in the text.
 
 Inside, code fences are stripped, single-quoted (Python-literal) dicts and trailing commas
-are repaired, and ``arguments`` may itself be a JSON string (OpenAI style).
+are repaired, raw newlines and tabs inside JSON strings are accepted (small models copy
+multi-line SQL verbatim), and ``arguments`` may itself be a JSON string (OpenAI style).
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ _ARG_ALIASES = ("sql", "query", "statement", "sqls", "queries")
 
 
 def _loads(text: str) -> Any:
-    """JSON, or the repairs small models need (fences, single quotes, trailing commas)."""
+    """JSON, or the repairs small models need (fences, single quotes, trailing commas).
+    Control characters inside strings are accepted (``strict=False``): models copy
+    multi-line SQL into the ``sql`` string verbatim, raw newlines and tabs included."""
     text = _FENCE.sub("", text.strip())
     for candidate in (text, _TRAILING_COMMA.sub(r"\1", text)):
         try:
-            return json.loads(candidate)
+            return json.loads(candidate, strict=False)
         except ValueError:
             pass
         try:
