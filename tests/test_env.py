@@ -343,3 +343,20 @@ def test_trajectories_load_with_datasets(pool, evaluator, tmp_path: Path) -> Non
     assert ds.num_rows == 2 and ds[0]["stop_reason"] == "submitted"
     tool_message = next(m for m in ds[0]["messages"] if m["role"] == "tool")
     assert tool_message["name"] == "execute_sql"
+
+
+def test_rollout_shows_the_agent_the_configured_tools(pool, evaluator) -> None:
+    seen: list[list[dict]] = []
+    custom = ({"type": "function", "function": {"name": "execute_sql"}},)
+
+    class Recorder:
+        name = "recorder"
+
+        def generate(self, conversations, tools=None):
+            seen.append(list(tools or []))
+            return [call("submit_solution", "SELECT 1") for _ in conversations]
+
+    run_episodes([QUERY], Recorder(), pool, evaluator)
+    run_episodes([QUERY], Recorder(), pool, evaluator, RolloutConfig(tools=custom))
+    assert [t["function"]["name"] for t in seen[0]] == ["execute_sql", "submit_solution"]
+    assert seen[1] == list(custom)

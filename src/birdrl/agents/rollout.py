@@ -42,6 +42,9 @@ class RolloutConfig:
     """Pool partition to lease from (None: the pool's only one)."""
     step_threads: int = 8
     """Threads stepping environments (SQL, scoring) in parallel."""
+    tools: tuple[dict[str, Any], ...] = TOOLS
+    """The tool schemas model-backed agents show the model (a trainer passes the ones it
+    trained with, so evaluation prompts match training prompts)."""
 
 
 @dataclass
@@ -86,11 +89,14 @@ class _Slot:
 
 
 def _agent_turns(
-    agent: Any, tasks: Sequence[Task], conversations: Sequence[list[Message]]
+    agent: Any,
+    tasks: Sequence[Task],
+    conversations: Sequence[list[Message]],
+    tools: Sequence[dict[str, Any]] = TOOLS,
 ) -> list[str]:
     if hasattr(agent, "act"):  # scripted agents know their tasks
         return list(agent.act(tasks, conversations))
-    return list(agent.generate(conversations, list(TOOLS)))
+    return list(agent.generate(conversations, list(tools)))
 
 
 def run_episodes(
@@ -158,7 +164,7 @@ def run_episodes(
                 batch_tasks = [t for t in (slots[n].task for n in active) if t is not None]
                 try:
                     texts = _agent_turns(
-                        agent, batch_tasks, [slots[n].conversation for n in active]
+                        agent, batch_tasks, [slots[n].conversation for n in active], cfg.tools
                     )
                     if len(texts) != len(active):
                         raise BirdrlError(
