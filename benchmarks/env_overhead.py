@@ -66,9 +66,10 @@ def overhead(bench, repeats: int) -> None:
 def submission_cost(bench, rounds: int = 3) -> None:
     tasks = bench.debugging_tasks()
     steps = []
-    with scoring_session(
-        bench.databases, replicas_per_db=1, eval_config=EvalConfig(workers=1)
-    ) as (pool, ev):
+    with scoring_session(bench.databases, replicas_per_db=1, eval_config=EvalConfig(workers=1)) as (
+        pool,
+        ev,
+    ):
         for task in tasks:  # phase 1 is cached per task in training and evaluation alike
             ev.evaluate(task, list(task.sol_sql))
         for _ in range(rounds):

@@ -127,3 +127,24 @@ def test_an_interrupted_ablation_resumes(tmp_path: Path) -> None:
     again = FakeCurriculum()
     run_ablation(object(), tmp_path, parse_variants("full,no-s3"), run=again)
     assert [(v, s) for v, s, _ in again.trained] == [("no-s3", 4)]
+
+
+def test_cli_ablation_reuses_a_real_stage(tmp_path: Path) -> None:
+    """Through the CLI with the real curriculum (smoke preset): variant s1-s2 takes stage 1,
+    model and data, from variant s1 instead of training it again."""
+    pytest.importorskip("trl", reason="the train extra is not installed")
+    from typer.testing import CliRunner
+
+    from birdrl.cli import app
+
+    out = tmp_path / "abl"
+    args = ["curriculum", "--preset", "smoke", "--out", str(out), "--ablation", "s1,s1-s2"]
+    result = CliRunner().invoke(app, [*args, "--set", "evaluation.base_model=false"])
+    assert result.exit_code == 0, result.output
+    first = json.loads((out / "s1" / "stage1" / "record.json").read_text())
+    reused = json.loads((out / "s1-s2" / "stage1" / "record.json").read_text())
+    assert reused["model_dir"] == first["model_dir"]  # not trained twice
+    assert not (out / "s1-s2" / "stage1" / "model").exists()
+    assert (out / "s1-s2" / "stage2" / "record.json").is_file()
+    table = (out / "ablation.md").read_text()
+    assert "| s1 | s1 |" in table and "| s1-s2 | s1-s2 |" in table and "35.2" in table

@@ -51,6 +51,12 @@ def test_reward_is_the_evaluators_pass_rate(setup) -> None:
         env.submit_solution(_script(task.issue_sql))
         assert env.get_reward() == evaluator.evaluate(task, list(task.issue_sql)).reward < 1.0
     assert session.stats.submitted == 12 and session.stats.solved == 6
+    env.reset(**_row(task))  # two calls in one episode, then an episode without any
+    env.execute_sql("SELECT 1")
+    env.execute_sql("SELECT 2")
+    env.reset(**_row(task))
+    stats = session.stats.to_dict()
+    assert (stats["episodes"], stats["tool_calls"], stats["with_tool_call"]) == (14, 14, 13)
     session.close()
 
 

@@ -137,7 +137,7 @@ def test_missing_metrics_are_dashes_and_unlike_evaluations_are_flagged(tmp_path:
     assert sr["0"][4:6] == ["—", "—"]
     assert sr["1"][4:6] == ["20.0%", "—"]  # the previous stage has no success rate to compare
     assert sr["3"][4:6] == ["20.0%", "no change †"]
-    assert sr["3"][6:] == ["—"] * 5
+    assert sr["3"][6:] == ["—"] * 7  # ... submitted, episode ends: not measured
     assert "† evaluated differently" in text
     training = _rows(text, "Training")
     assert training["1"][4:] == ["1", "loss: —"]
@@ -175,3 +175,108 @@ def test_without_matplotlib_the_markdown_is_still_written(
     assert "](plots/" not in text
     assert not list(tmp_path.glob("plots/*.png"))
     assert _rows(text, "Success rate")["1"][5] == "+5.0 pts"
+
+
+def _per_task(outcomes: dict[str, tuple[float, bool, str]]) -> dict[str, Any]:
+    return {
+        iid: {"db_id": iid.split("_")[0], "category": "Query", "reward": r, "success": ok,
+              "stop_reason": reason, "tool_calls": 2, "invalid_tool_calls": 0}
+        for iid, (r, ok, reason) in outcomes.items()
+    }  # fmt: skip
+
+
+HELD_OUT = [
+    {"instance_id": "chinook_003", "db_id": "chinook", "category": "Query"},
+    {"instance_id": "hr_007", "db_id": "hr", "category": "Management"},
+    {"instance_id": "clinic_011", "db_id": "clinic", "category": "Personalization"},
+]
+
+
+def test_held_out_tasks_submissions_and_outcome_matrix(tmp_path: Path) -> None:
+    base = {
+        "mode": "agent",
+        "n": 3,
+        "success_rate": 0.0,
+        "mean_reward": 0.0,
+        "submitted": 0,
+        "submission_rate": 0.0,
+        "stop_reasons": {"max_turns": 3},
+        "per_task": _per_task(
+            {
+                "chinook_003": (0.0, False, "max_turns"),
+                "hr_007": (0.0, False, "max_turns"),
+                "clinic_011": (0.0, False, "max_turns"),
+            }
+        ),
+    }
+    tuned = {
+        **base,
+        "success_rate": 1 / 3,
+        "mean_reward": 0.444,
+        "submitted": 2,
+        "submission_rate": 2 / 3,
+        "stop_reasons": {"submitted": 2, "max_turns": 1},
+        "per_task": _per_task(
+            {
+                "chinook_003": (1.0, True, "submitted"),
+                "hr_007": (1 / 3, False, "submitted"),
+                "clinic_011": (0.0, False, "context_full"),
+            }
+        ),
+    }
+    old = {"mode": "agent", "n": 3, "success_rate": 0.0}  # a record.json from before
+    records = [
+        StageRecord(0, "base model", "base", "/m/b", 1.0, [], base, []),
+        StageRecord(1, "reasoning SFT", "sft", "/m/1", 2.0, [], old, []),
+        StageRecord(2, "tool-use SFT", "sft", "/m/2", 2.0, [], tuned, []),
+    ]
+    text = write_report(
+        tmp_path, records, title="t", config_summary={}, held_out=HELD_OUT
+    ).read_text()
+    sr = _rows(text, "Success rate")
+    header = text.split("## Success rate\n", 1)[1].split("\n")[1]
+    assert header.endswith("| mean reward | submitted | episode ends |")
+    assert sr["0"][-2:] == ["0.0% (0/3)", "max_turns 3"]
+    assert sr["1"][-2:] == ["—", "—"]  # not measured in old records: dashes, no error
+    assert sr["2"][-3:] == ["0.444", "66.7% (2/3)", "submitted 2, max_turns 1"]
+
+    section = text.split("## Held-out tasks\n", 1)[1].split("\n## ", 1)[0]
+    assert "3 task(s) from 3 database(s) (chinook, clinic, hr) and 3 categories" in section
+    matrix = _rows(text, "Held-out tasks")
+    assert "| instance_id | db_id | category | base | stage 1 | stage 2 |" in section
+    assert matrix["chinook_003"][1:] == [
+        "chinook", "Query", "no submit (max_turns)", "—", "✓ 1.00"
+    ]  # fmt: skip
+    assert matrix["hr_007"][1:] == [
+        "hr", "Management", "no submit (max_turns)", "—", "submitted 0.33"
+    ]  # fmt: skip
+    assert matrix["clinic_011"][-1] == "no submit (context_full)"
+    assert "## Budget checks" not in text  # only when the run checked budgets
+
+
+def test_held_out_tasks_come_from_the_records_without_a_list(tmp_path: Path) -> None:
+    ev = {"mode": "agent", "n": 1, "success_rate": 1.0,
+          "per_task": _per_task({"hr_001": (1.0, True, "submitted")})}  # fmt: skip
+    records = [StageRecord(0, "base model", "base", "/m/b", 1.0, [], ev, [])]
+    text = write_report(tmp_path, records, title="t", config_summary={}).read_text()
+    assert _rows(text, "Held-out tasks")["hr_001"][1:] == ["hr", "Query", "✓ 1.00"]
+    old = [StageRecord(0, "base model", "base", "/m/b", 1.0, [], {"n": 1}, [])]
+    text = write_report(tmp_path, old, title="t", config_summary={}).read_text()
+    assert "No held-out task outcomes were recorded." in text
+
+
+def test_budget_checks_section(tmp_path: Path) -> None:
+    budgets = [
+        {"key": "evaluation.max_tool_calls", "value": 2, "need": "a median of 4 tool calls (max 4)",
+         "fits": 0, "total": 8, "ok": False, "detail": ""},
+        {"key": "stage2.max_length", "value": 4096, "need": "a median of 2078 tokens (max 2448)",
+         "fits": 8, "total": 8, "ok": True, "detail": ""},
+    ]  # fmt: skip
+    text = write_report(tmp_path, [], title="t", config_summary={}, budgets=budgets).read_text()
+    rows = _rows(text, "Budget checks")
+    assert rows["evaluation.max_tool_calls"][1:] == [
+        "2", "a median of 4 tool calls (max 4)", "0 of 8", "**too small**"
+    ]  # fmt: skip
+    assert rows["stage2.max_length"][-1] == "ok"
+    text = write_report(tmp_path, [], title="t", config_summary={}, budgets=[]).read_text()
+    assert "Nothing to check against" in text

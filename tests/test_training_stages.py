@@ -170,6 +170,18 @@ def test_grpo_episode_masks_tool_results(smoke: dict[str, Any]) -> None:
             assert "execute_sql" in trained and "submit_solution" in trained
     assert found, "no episode had a tool result"
     assert any(re.search(r"submitted [1-9]", n) for n in smoke["result"].records[4].notes)
+    # the learning-signal diagnostics count the same episodes as the environment
+    diag = smoke["result"].records[4].diagnostics
+    counts = next(n for n in smoke["result"].records[4].notes if n.startswith("episodes "))
+    episodes, submitted, calls = (
+        int(re.search(rf"{word} (\d+)", counts).group(1))
+        for word in ("episodes", "submitted", "tool calls")
+    )
+    assert diag["episodes"] == episodes > 0
+    assert diag["submissions_per_episode"] == pytest.approx(submitted / episodes)
+    assert diag["valid_tool_calls_per_episode"] == pytest.approx(calls / episodes)
+    assert submitted > 0 and calls > episodes  # the script calls execute_sql, then submits
+    assert diag["episodes_with_tool_call"] == 1.0
 
 
 def test_resume_skips_finished_stages(smoke: dict[str, Any], tmp_path: Path) -> None:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from birdrl.cli.common import clean_errors, results_console
@@ -41,6 +54,14 @@ def curriculum_command(
         int | None,
         typer.Option(help="--dry-run: plan for this many processes (default: the launcher's)."),
     ] = None,
+    ablation: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the stage ablation instead: variants full, no-s1, no-s2, no-s3, s4-only "
+            "or stages like s1-s2 (comma-separated), into OUT/<variant>, sharing what they "
+            "can; writes OUT/ablation.md (default OUT: runs/<preset>-ablation)."
+        ),
+    ] = None,
 ) -> None:
     """Train with the four-stage curriculum (SFT, SFT, GRPO, multi-turn GRPO), evaluating on
     the held-out split after each stage; writes report.md with plots."""
@@ -57,29 +78,104 @@ def curriculum_command(
         started = time.monotonic()
 
         def say(message: str) -> None:
-            console.print(f"[dim]{time.monotonic() - started:7.1f}s[/dim] {message}")
+            stamp = f"[dim]{time.monotonic() - started:7.1f}s[/dim] "
+            if message.startswith("warning:"):
+                console.print(stamp + f"[yellow]{escape(message)}[/]", highlight=False)
+            else:
+                console.print(stamp + escape(message))
 
-        result = run_curriculum(
-            config, run_dir, stages=parse_stages(stages), resume=resume, progress=say
-        )
+        if ablation is not None:
+            _run_ablation(console, config, out, ablation, say)
+            return
+        with episode_bars(console) as episodes:
+            result = run_curriculum(
+                config,
+                run_dir,
+                stages=parse_stages(stages),
+                resume=resume,
+                progress=say,
+                episode_progress=episodes,
+            )
     from birdrl.training.distributed import dist_context
 
     if not dist_context().is_main:
         return
     table = Table(title=f"curriculum {config.name}: success rate on held-out tasks")
-    for column in ("stage", "name", "minutes", "SR"):
+    for column in (
+        "stage",
+        "name",
+        "minutes",
+        "SR",
+        "mean reward",
+        "valid tool calls",
+        "submitted",
+    ):
         table.add_column(column)
     for record in result.records:
         ev = record.evaluation or {}
-        rate = ev.get("success_rate")
+        rate, reward = ev.get("success_rate"), ev.get("mean_reward")
+        valid, submitted = ev.get("tool_call_validity"), ev.get("submission_rate")
         table.add_row(
             str(record.stage),
             record.name,
             f"{record.seconds / 60:.1f}",
             "—" if rate is None else f"{rate:.1%} of {ev.get('n')}",
+            "—" if reward is None else f"{reward:.3f}",
+            "—" if valid is None else f"{valid:.0%}",
+            "—" if submitted is None else f"{submitted:.0%}",
         )
     console.print(table)
     console.print(f"report: {result.report}  (total {(time.monotonic() - started) / 60:.1f} min)")
+
+
+def _run_ablation(
+    console: Console, config: Any, out: Path | None, spec: str, say: Callable[[str], None]
+) -> None:
+    from functools import partial
+
+    from birdrl.training.ablation import parse_variants, run_ablation
+    from birdrl.training.curriculum import run_curriculum
+
+    variants = parse_variants(spec)
+    out_dir = out or Path("runs") / f"{config.name}-ablation"
+    with episode_bars(console) as episodes:
+        result = run_ablation(
+            config,
+            out_dir,
+            variants,
+            progress=say,
+            run=partial(run_curriculum, episode_progress=episodes),
+        )
+    console.print(escape(result.table.read_text(encoding="utf-8")))
+    console.print(f"ablation table: {result.table}  (total {result.seconds / 60:.1f} min)")
+
+
+@contextmanager
+def episode_bars(console: Console) -> Iterator[Callable[[str, int, int], None]]:
+    """A live rich progress display on `console`; yields the curriculum's
+    ``episode_progress(label, done, total)``: one bar per label (an evaluation, a teacher's
+    episodes), removed when it completes (the log line after it gives the result)."""
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("episodes"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    bars: dict[str, TaskID] = {}
+
+    def update(label: str, done: int, total: int) -> None:
+        if label not in bars:
+            bars[label] = progress.add_task(label, total=total)
+        progress.update(bars[label], completed=done, total=total)
+        if done >= total:
+            progress.remove_task(bars.pop(label))
+
+    with progress:
+        yield update
 
 
 def _print_plan(console: Any, config: Any, run_dir: Path, processes: int | None) -> None:

@@ -45,7 +45,9 @@ def demo_command(
         if task is None:
             raise BirdrlError(f"no bundled test task {task_id!r}")
         try:
-            runner = make_agent(agent, generation=GenerationConfig(max_new_tokens=max_new_tokens))
+            with console.status(f"loading {agent} ..."):
+                generation = GenerationConfig(max_new_tokens=max_new_tokens)
+                runner = make_agent(agent, generation=generation)
         except BirdrlError as exc:
             raise BirdrlError(
                 f"{exc} (or run `birdrl demo --agent explorer`, which needs no model)"
@@ -56,14 +58,24 @@ def demo_command(
         )
         console.print(Syntax("\n".join(task.issue_sql), "sql", word_wrap=True))
 
+        turn = 1
+        status = console.status(f"{agent}: turn {turn}, generating ...")
+
         def show(text: str, result: StepResult) -> None:
+            nonlocal turn
             console.print(Panel(text or "(empty)", title="model", border_style="cyan"))
             if result.observation:
                 console.print(Panel(result.observation, title="environment", border_style="green"))
+            if not result.done:
+                turn += 1
+                status.update(f"{agent}: turn {turn}, generating ...")
 
-        with scoring_session(
-            databases, eval_config=EvalConfig(workers=1), prefix="birdrl-demo-"
-        ) as (pool, evaluator):
+        with (
+            scoring_session(
+                databases, eval_config=EvalConfig(workers=1), prefix="birdrl-demo-"
+            ) as (pool, evaluator),
+            status,
+        ):
             env = SQLActEnv(
                 pool,
                 evaluator,

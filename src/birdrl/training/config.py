@@ -69,7 +69,8 @@ class SFTStageConfig:
     teacher: str = "offline"
     """Stage 1: ``offline`` or an agent spec; stage 2: an agent spec (``explorer``, ``openai:M``)."""
     max_samples: int | None = None
-    """Use at most this many training tasks (None: all)."""
+    """Use at most this many training tasks (None: all), taken across databases and
+    categories with the run's seed (`birdrl.tasks.subset.stratified_subset`)."""
     epochs: float = 2.0
     max_steps: int = -1
     """Optimizer steps (-1: derived from ``epochs``)."""
@@ -86,6 +87,7 @@ class GRPOStageConfig:
 
     enabled: bool = True
     max_samples: int | None = None
+    """Use at most this many training tasks (None: all), stratified like stage 1's."""
     max_steps: int = 200
     learning_rate: float = 1e-6
     batch_size: int = 8
@@ -107,6 +109,13 @@ class GRPOStageConfig:
     mixing. Stage 3 only: stage 4 trains on debugging episodes."""
     max_tool_calls: int = 5
     """Stage 4: tool calls per episode."""
+    no_signal_steps: int = 3
+    """Warn when this many consecutive steps had no learning signal (every group's rewards
+    equal, so every advantage is 0)."""
+
+    def __post_init__(self) -> None:
+        if self.no_signal_steps < 1:
+            raise ConfigError(f"no_signal_steps must be >= 1, got {self.no_signal_steps}")
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,8 @@ class EvalSettings:
     """The held-out evaluation run after each stage."""
 
     limit: int | None = None
-    """Evaluate on the first N held-out tasks (None: all)."""
+    """Evaluate on N held-out tasks (None: all), taken across databases and categories
+    with the run's seed (`birdrl.tasks.subset.stratified_subset`)."""
     max_new_tokens: int = 1024
     max_tool_calls: int = 5
     batch_size: int = 8

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
-from birdrl.agents.evaluate import evaluate_agent
+from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent
 from birdrl.agents.registry import make_agent
-from birdrl.agents.rollout import RolloutConfig, write_trajectories
+from birdrl.agents.rollout import RolloutConfig, Trajectory, write_trajectories
 from birdrl.data.stages import (
     StageDataset,
     build_reasoning_sft,
@@ -32,12 +32,16 @@ from birdrl.data.stages import (
 from birdrl.data.teachers import LLMTeacher, OfflineTeacher
 from birdrl.env.prompts import build_text2sql_messages
 from birdrl.env.sqlact import EnvConfig
+from birdrl.env.types import StopReason
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
+from birdrl.tasks.subset import stratified_subset
+from birdrl.training.budgets import BudgetCheck, check_budgets
 from birdrl.training.common import StageOutput
 from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
 from birdrl.training.distributed import dist_context
+from birdrl.training.environment import tool_schemas
 from birdrl.training.grpo import mix_text2sql, run_grpo_stage
 from birdrl.training.models import (
     load_policy,
@@ -48,7 +52,14 @@ from birdrl.training.models import (
 from birdrl.training.report import StageRecord, write_report
 from birdrl.training.sft import run_sft_stage
 
-__all__ = ["STAGE_NAMES", "CurriculumResult", "evaluate_policy", "parse_stages", "run_curriculum"]
+__all__ = [
+    "STAGE_NAMES",
+    "CurriculumResult",
+    "episode_outcomes",
+    "evaluate_policy",
+    "parse_stages",
+    "run_curriculum",
+]
 
 STAGE_NAMES = {
     0: "base model",
@@ -58,6 +69,9 @@ STAGE_NAMES = {
     4: "multi-turn GRPO",
 }
 Progress = Callable[[str], None]
+EpisodeProgress = Callable[[str, int, int], None]
+"""``(label, done, total)``: episodes of a countable piece of work (a held-out evaluation,
+the teachers' episodes) have finished; ``done = 0`` announces the work."""
 
 
 @dataclass
@@ -84,10 +98,6 @@ def parse_stages(spec: str) -> list[int]:
     return sorted(out)
 
 
-def _limit(items: Sequence[Any], n: int | None) -> list[Any]:
-    return list(items if n is None else items[:n])
-
-
 def evaluate_policy(
     model_dir: Path | str,
     tasks: Sequence[Task],
@@ -95,10 +105,14 @@ def evaluate_policy(
     config: CurriculumConfig,
     eval_config: EvalConfig | None = None,
     trajectories: Path | None = None,
+    progress: Callable[[Trajectory], None] | None = None,
 ) -> dict[str, Any]:
     """Success rate of the model at `model_dir` on `tasks` in the environment (agent mode,
     greedy), with the tool-capable chat template the training used; the episodes are
-    written to `trajectories` (JSONL) when given."""
+    written to `trajectories` (JSONL) when given, and `progress` is called with each one
+    as it finishes. Besides SR per category, the summary holds the mean reward (test pass
+    rate), tool-call validity, the share of episodes that called ``submit_solution``
+    (``submission_rate``), stop reasons, and ``per_task``: each task's outcome."""
     from birdrl.agents.hf import HFAgent
 
     settings = config.evaluation
@@ -119,20 +133,51 @@ def evaluate_policy(
             schema_budget_chars=config.prompt.schema_budget_chars,
             sample_rows=config.prompt.sample_rows,
         ),
+        tools=tuple(tool_schemas()),  # the tools stages 2 and 4 trained with, word for word
     )
-    result = evaluate_agent(tasks, benchmark.databases, agent, rollout, eval_config)
+    result = evaluate_agent(tasks, benchmark.databases, agent, rollout, eval_config, progress)
     if trajectories is not None:
         write_trajectories(trajectories, result.trajectories)
+    return policy_summary(result)
+
+
+def policy_summary(result: AgentEvalResult) -> dict[str, Any]:
+    """The evaluation dict a stage record keeps (rates as fractions, 0..1)."""
     summary = result.summary
     return {
         "mode": "agent",
         "n": summary.overall.total,
-        "success_rate": summary.overall.rate,
-        "per_category": {name: score.rate for name, score in summary.by_category.items()},
+        # fractions (0..1), as the report and the CLI read them (Score.rate is a percent)
+        "success_rate": summary.overall.rate / 100,
+        "per_category": {name: score.rate / 100 for name, score in summary.by_category.items()},
         "avg_turns": summary.extra.get("avg_turns"),
         "mean_reward": summary.mean_reward,
         "tool_call_validity": summary.extra.get("tool_call_validity"),
         "stop_reasons": summary.extra.get("stop_reasons"),
+        **episode_outcomes(result.trajectories),
+    }
+
+
+def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """``submitted`` / ``submission_rate`` (episodes that called ``submit_solution``, scored
+    or not) and ``per_task``: ``{instance_id: {db_id, category, reward, success,
+    stop_reason, tool_calls, invalid_tool_calls}}`` for the report's outcome matrix."""
+    submitted = sum(t.stop_reason == StopReason.SUBMITTED for t in trajectories)
+    return {
+        "submitted": submitted,
+        "submission_rate": submitted / len(trajectories) if trajectories else None,
+        "per_task": {
+            t.instance_id: {
+                "db_id": t.db_id,
+                "category": t.category,
+                "reward": t.reward,
+                "success": t.success,
+                "stop_reason": t.stop_reason,
+                "tool_calls": t.tool_calls,
+                "invalid_tool_calls": t.invalid_tool_calls,
+            }
+            for t in trajectories
+        },
     }
 
 
@@ -145,6 +190,7 @@ class _Run:
         run_dir: Path,
         progress: Progress | None,
         on_trainer: Callable[[int, Any], None] | None = None,
+        episode_progress: EpisodeProgress | None = None,
     ) -> None:
         self.config = config
         self.on_trainer = on_trainer
@@ -152,13 +198,19 @@ class _Run:
         self.run_dir = run_dir
         quiet = progress is None or not self.dist.is_main
         self.say: Progress = (lambda _msg: None) if quiet else progress  # type: ignore[assignment]
+        self.episode_progress = None if not self.dist.is_main else episode_progress
+        self.built: dict[int, StageDataset] = {}
+        """Stage datasets built ahead of their stage (for the budget checks)."""
+        self.budget_checks: list[BudgetCheck] | None = None
         cfg = config
         self.train = open_benchmark(cfg.tasks, cfg.db_root)
         self.held_out = open_benchmark(cfg.eval_tasks, cfg.db_root)
         self.debug_tasks = self.train.debugging_tasks()
         if not self.debug_tasks:
             raise ConfigError(f"{cfg.tasks}: no debugging tasks to train on")
-        self.eval_tasks = _limit(self.held_out.debugging_tasks(), cfg.evaluation.limit)
+        self.eval_tasks = stratified_subset(
+            self.held_out.debugging_tasks(), cfg.evaluation.limit, cfg.seed
+        )
         self.text2sql: list[TextToSQLTask] = []
         self.text2sql_bench: Benchmark | None = None
         if cfg.stage3.text2sql_ratio > 0:
@@ -173,8 +225,55 @@ class _Run:
         self.eval_config = EvalConfig(workers=2)
         self.records: list[StageRecord] = []
 
+    def counter(self, label: str, total: int) -> Callable[[Any], None] | None:
+        """A per-episode callback reporting `label`'s progress (None without a listener)."""
+        report = self.episode_progress
+        if report is None:
+            return None
+        done = 0
+        report(label, done, total)
+
+        def tick(_item: Any) -> None:
+            nonlocal done
+            done += 1
+            report(label, done, total)
+
+        return tick
+
+    def check_budgets(self, model: Path | str, stages: Sequence[int]) -> list[BudgetCheck]:
+        """Check the budgets of the stages still to run (`stages`) and of the evaluation
+        against the stage-1 and stage-2 data: built now for a stage that will run (and kept
+        for it), read from the run directory for a finished one; warns for each misfit."""
+        rows: dict[int, list[dict[str, Any]]] = {}
+        for stage in (1, 2):
+            saved = self.data_path(stage)
+            if saved.is_file():  # a finished stage's, or one built earlier for this config
+                with open(saved, encoding="utf-8") as f:
+                    rows[stage] = [json.loads(line) for line in f]
+            elif stage in stages:
+                self.built[stage] = self.stage_data(stage)
+                rows[stage] = self.built[stage].rows
+        tokenizer, _ = load_tokenizer(model)
+        checks = check_budgets(self.config, rows, tokenizer, stages)
+        misfits = [c for c in checks if not c.ok]
+        self.say(
+            f"budgets: {len(checks)} limit(s) checked against the teacher data, "
+            + (f"{len(misfits)} too small" if misfits else "all fit")
+            if checks
+            else "budgets: no stage-1 or stage-2 data to check the limits against"
+        )
+        for check in misfits:
+            self.say(f"warning: {check.message}")
+        self.budget_checks = checks
+        return checks
+
     def record_path(self, stage: int) -> Path:
         return self.run_dir / f"stage{stage}" / "record.json"
+
+    def data_path(self, stage: int) -> Path:
+        """The stage's dataset; once written it is reused (a resumed run, an ablation
+        variant): a dataset is a function of the config, which a run keeps fixed."""
+        return self.run_dir / f"stage{stage}" / "data" / "data.jsonl"
 
     def load_record(self, stage: int) -> StageRecord | None:
         path = self.record_path(stage)
@@ -211,13 +310,20 @@ class _Run:
             self.records,
             title=f"birdrl curriculum: {cfg.name}",
             config_summary=summary,
+            held_out=[
+                {"instance_id": t.instance_id, "db_id": t.db_id, "category": t.category.value}
+                for t in self.eval_tasks
+            ],
+            budgets=None
+            if self.budget_checks is None
+            else [c.to_dict() for c in self.budget_checks],
         )
 
     # -- stage data -------------------------------------------------------------------------
 
     def stage_data(self, stage: int) -> StageDataset:
         cfg, stage_cfg = self.config, getattr(self.config, f"stage{stage}")
-        tasks = _limit(self.debug_tasks, stage_cfg.max_samples)
+        tasks = stratified_subset(self.debug_tasks, stage_cfg.max_samples, cfg.seed)
         dbs = self.train.databases
         prompt = cfg.prompt
         self.say(f"stage {stage}: building the dataset from {len(tasks)} tasks")
@@ -234,6 +340,7 @@ class _Run:
                 teacher,
                 source=f"{cfg.tasks}, teacher {spec}",
                 eval_config=self.eval_config,
+                progress=self.counter(f"stage 1: teacher ({spec})", len(tasks)),
                 sample_rows=prompt.sample_rows,
                 budget_chars=prompt.schema_budget_chars,
             )
@@ -250,6 +357,7 @@ class _Run:
                 source=f"{cfg.tasks}, teacher {stage_cfg.teacher}",
                 rollout=RolloutConfig(env=env),
                 eval_config=self.eval_config,
+                progress=self.counter(f"stage 2: teacher ({stage_cfg.teacher})", len(tasks)),
             )
         data = build_rl_prompts(
             tasks,
@@ -299,13 +407,21 @@ class _Run:
         stage_cfg = getattr(cfg, f"stage{stage}")
         out_dir = self.run_dir / f"stage{stage}"
         if self.dist.is_main:  # the others read what it wrote (teachers are not asked twice)
-            data = self.stage_data(stage)
-            data.write(out_dir / "data")
-            if not data.rows:
-                raise ConfigError(f"stage {stage}: the dataset is empty ({dict(data.rejected)})")
+            data = self.built.pop(stage, None)
+            if data is None and self.data_path(stage).is_file():
+                self.say(f"stage {stage}: reusing the dataset in {self.data_path(stage).parent}")
+            else:
+                data = data or self.stage_data(stage)
+                data.write(out_dir / "data")
+                if not data.rows:
+                    raise ConfigError(
+                        f"stage {stage}: the dataset is empty ({dict(data.rejected)})"
+                    )
         self.dist.barrier()
-        with open(out_dir / "data" / "data.jsonl", encoding="utf-8") as f:
+        with open(self.data_path(stage), encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
+        if not rows:
+            raise ConfigError(f"stage {stage}: the dataset {self.data_path(stage)} is empty")
         self.say(f"stage {stage} ({STAGE_NAMES[stage]}): training on {len(rows)} rows")
         hook = None
         if self.on_trainer is not None:
@@ -351,11 +467,13 @@ class _Run:
             self.config,
             self.eval_config,
             trajectories=self.run_dir / f"stage{stage}" / "eval_trajectories.jsonl",
+            progress=self.counter(f"stage {stage}: evaluating", len(self.eval_tasks)),
         )
         result["seconds"] = round(time.monotonic() - t0, 1)
         self.say(
-            f"stage {stage}: success rate {result['success_rate']:.1%} "
-            f"({result['n']} tasks, {result['seconds']:.0f} s)"
+            f"stage {stage}: success rate {result['success_rate']:.1%}, mean reward "
+            f"{result['mean_reward']:.3f}, {result['submitted']} of {result['n']} episodes "
+            f"submitted ({result['seconds']:.0f} s)"
         )
         return result
 
@@ -391,21 +509,32 @@ def run_curriculum(
     resume: bool = False,
     progress: Progress | None = None,
     on_trainer: Callable[[int, Any], None] | None = None,
+    episode_progress: EpisodeProgress | None = None,
 ) -> CurriculumResult:
     """Run the selected stages in order (each from the previous stage's model), evaluating
     and reporting after each one. `on_trainer(stage, trainer)` runs just before each
-    stage's training starts (extra callbacks, inspection)."""
+    stage's training starts (extra callbacks, inspection). Before anything runs, the
+    budgets are checked against the stage data (`birdrl.training.budgets`): `progress`
+    gets a ``warning: ...`` line for each limit the teacher's samples do not fit in.
+    `episode_progress(label, done, total)` follows evaluations and teacher episodes."""
     require_training()
     run = Path(run_dir).expanduser()
     dist = dist_context()
     if dist.is_main:
         _check_run_dir(run, config, resume)
     dist.barrier()
-    state = _Run(config, run, progress, on_trainer)
+    state = _Run(config, run, progress, on_trainer, episode_progress)
     selected = sorted(set(stages))
     skipped: list[int] = []
     with dist.main_first():  # builds or converts the model once, then the others find it
         model: Path | str = resolve_training_model(config.model)
+    if dist.is_main:  # before the first evaluation: a misfit is reported in seconds
+        pending = [
+            s
+            for s in selected
+            if getattr(config, f"stage{s}").enabled and state.load_record(s) is None
+        ]
+        state.check_budgets(model, pending)
     if config.evaluation.base_model:
         record = state.load_record(0)
         if record is None:

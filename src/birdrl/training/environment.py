@@ -51,6 +51,9 @@ class EpisodeStats:
         self.solved = 0
         self.infra_errors = 0
         self.tool_calls = 0
+        """Tool calls the environment ran (well-formed calls to a real tool)."""
+        self.with_tool_call = 0
+        """Episodes with at least one such call."""
         self.verified_clean = 0
         self.leases: list[tuple[str, str]] = []
         """(trajectory id, replica file) of every episode, in order."""
@@ -63,6 +66,7 @@ class EpisodeStats:
                 "solved": self.solved,
                 "infra_errors": self.infra_errors,
                 "tool_calls": self.tool_calls,
+                "with_tool_call": self.with_tool_call,
                 "verified_clean": self.verified_clean,
                 "leases": [list(x) for x in self.leases],
             }
@@ -136,6 +140,7 @@ class SQLActToolEnv:
         )
         self._reward: float | None = 0.0
         self._done = True
+        self._calls = 0
         session.instances.append(self)
 
     def reset(self, **row: object) -> None:
@@ -155,6 +160,7 @@ class SQLActToolEnv:
         self._env.reset(task, traj_id)  # the same lease when check_clean took it
         self._reward = 0.0
         self._done = False
+        self._calls = 0
         replica = str(self._session.pool.get(traj_id).path)
         with self._session.stats.lock:
             self._session.stats.episodes += 1
@@ -203,8 +209,10 @@ class SQLActToolEnv:
             return EPISODE_OVER
         stats = self._session.stats
         result = self._env.step(render_tool_call(name, {"sql": sql}))
+        self._calls += 1
         with stats.lock:
             stats.tool_calls += 1
+            stats.with_tool_call += self._calls == 1
         if result.done:
             self._done = True
             reason = result.stop_reason

@@ -37,6 +37,12 @@ from birdrl.training.common import (
     progress_callback,
 )
 from birdrl.training.config import ConfigError, CurriculumConfig, GRPOStageConfig
+from birdrl.training.diagnostics import (
+    diagnostics_callback,
+    summarize,
+    verdicts,
+    weight_note,
+)
 from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import ToolEnvSession
 from birdrl.training.models import load_policy, load_tokenizer, use_cuda
@@ -180,6 +186,14 @@ def run_grpo_stage(
             callbacks=[progress_callback(progress, f"stage {stage}")],
             **kwargs,
         )
+        diagnostics = diagnostics_callback(
+            trainer,
+            stage,
+            "grpo",
+            episode_stats=session.stats if session is not None else None,
+            no_signal_steps=stage_config.no_signal_steps,
+            warn=progress,
+        )
         prepare_trainer(trainer, on_trainer)
         if trainer.ref_model is not None:
             notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")
@@ -209,4 +223,7 @@ def run_grpo_stage(
         figures = ", ".join(f"{k} {v:.3g}" for k, v in metrics().items())
         notes.append(f"{reward.__name__}: {figures}")
     output.notes[:0] = notes
+    output.notes.append(weight_note(diagnostics))
+    for sentence in verdicts("grpo", summarize("grpo", output.log_history)):
+        diagnostics.warn(f"warning: stage {stage}: {sentence}")
     return output

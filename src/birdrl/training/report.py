@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
+from birdrl.training.diagnostics import WEIGHT_KEY, summarize, verdicts
 
 __all__ = ["ReportError", "StageRecord", "write_report"]
 
@@ -39,6 +40,13 @@ class StageRecord:
     evaluation: dict[str, Any] | None
     """``mode``, ``n``, ``success_rate`` (0..1), ``per_category``, ``avg_turns``, ... or None."""
     notes: list[str]
+    diagnostics: dict[str, Any] | None = None
+    """Learning-signal summary (`birdrl.training.diagnostics.summarize`); derived from
+    `log_history` when not given (and for records written before it existed)."""
+
+    def __post_init__(self) -> None:
+        if self.diagnostics is None and self.kind in ("sft", "grpo"):
+            self.diagnostics = summarize(self.kind, self.log_history)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,14 +54,15 @@ class StageRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StageRecord:
         names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in data]
+        optional = {f.name for f in fields(cls) if f.default is not MISSING}
+        missing = [n for n in names if n not in data and n not in optional]
         if missing:
             raise ReportError(f"stage record lacks {', '.join(missing)}: {dict(data)!r:.200}")
         if data["kind"] not in KINDS:
             raise ReportError(
                 f"stage {data['stage']}: kind must be one of {KINDS}, not {data['kind']!r}"
             )
-        values = {n: data[n] for n in names}
+        values = {n: data[n] for n in names if n in data}
         values["log_history"] = [dict(e) for e in values["log_history"]]
         values["notes"] = list(values["notes"])
         return cls(**values)
@@ -130,6 +139,7 @@ def _plots(plot_dir: Path, records: Sequence[StageRecord]) -> dict[int | None, l
     """Write the PNGs; raises ImportError without matplotlib. Keys: stage, None = overall."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # Agg, no pyplot state
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     def save(fig: Figure, name: str) -> Path:
         FigureCanvasAgg(fig)
@@ -140,7 +150,9 @@ def _plots(plot_dir: Path, records: Sequence[StageRecord]) -> dict[int | None, l
     plot_dir.mkdir(parents=True, exist_ok=True)
     out: dict[int | None, list[Path]] = {}
     for r in records:
-        keys = {"sft": ["loss"], "grpo": ["reward", "kl"]}.get(r.kind, [])
+        keys = {"sft": ["loss"], "grpo": ["reward", "kl"]}.get(r.kind, []) + _SIGNAL_PLOTS.get(
+            r.kind, []
+        )
         for key in keys:
             steps, values = _series(r.log_history, key)
             if not values:
@@ -155,10 +167,15 @@ def _plots(plot_dir: Path, records: Sequence[StageRecord]) -> dict[int | None, l
                 ax.fill_between(
                     steps, [v - d for v, d in pairs], [v + d for v, d in pairs], alpha=0.2
                 )
-            title = f"stage {r.stage}: {r.name} — {key}" + (" (band: ± reward_std)" if band else "")
-            ax.set(xlabel="step", ylabel=key, title=title)
+            label = _PLOT_LABELS.get(key, key)
+            title = f"stage {r.stage}: {r.name} — {label}" + (" (band: ± std)" if band else "")
+            ax.set(xlabel="optimizer step", ylabel=label, title=title)
+            if key in _SHARES:
+                ax.set_ylim(-0.05, 1.05)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
-            out.setdefault(r.stage, []).append(save(fig, f"stage{r.stage}_{key}.png"))
+            name = key.replace("/", "-")
+            out.setdefault(r.stage, []).append(save(fig, f"stage{r.stage}_{name}.png"))
     evaluated = [
         r for r in records if r.evaluation and _rate(r.evaluation.get("success_rate")) is not None
     ]
@@ -204,7 +221,8 @@ def _sr_row(r: StageRecord, prev: Mapping[str, Any], categories: Sequence[str]) 
         value, change = _rate(per.get(c)), _delta(_rate(per.get(c)), _rate(prev_per.get(c)))
         row.append(_pct(value) + (f" ({change})" if change != DASH else ""))
     valid = _rate(ev.get("tool_call_validity"))
-    return row + [_num(ev.get("avg_turns"), ".2f"), _pct(valid), _num(ev.get("mean_reward"), ".3f")]
+    row += [_num(ev.get("avg_turns"), ".2f"), _pct(valid), _num(ev.get("mean_reward"), ".3f")]
+    return row + _episode_cells(ev)
 
 
 def _sr_section(records: Sequence[StageRecord]) -> list[str]:
@@ -226,8 +244,11 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
             row[5], unlike = row[5] + " †", True
         rows.append(row)
         prev = r.evaluation or prev
-    lines = _table([*header, "avg turns", "valid tool calls", "mean reward"], rows)
+    lines = _table(
+        [*header, "avg turns", "valid tool calls", "mean reward", *EPISODE_COLUMNS], rows
+    )
     lines += ["", "SR: share of held-out tasks solved; Δ: against the previous evaluated stage."]
+    lines.append(EPISODE_LEGEND)
     if unlike:
         lines.append("† evaluated differently (mode or task count) from the previous stage.")
     first, last = evaluated[0], evaluated[-1]
@@ -240,14 +261,194 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
     return lines
 
 
+# -- learning signal (birdrl.training.diagnostics) ----------------------------------------------
+
+_SIGNAL_PLOTS = {
+    "sft": [WEIGHT_KEY],
+    "grpo": ["frac_reward_zero_std", "completions/clipped_ratio", WEIGHT_KEY],
+}
+"""Per-step diagnostics plotted next to loss / reward / KL (when logged)."""
+_PLOT_LABELS = {
+    "loss": "training loss",
+    "reward": "mean reward",
+    "kl": "KL to the reference",
+    "frac_reward_zero_std": "share of groups without signal",
+    "completions/clipped_ratio": "share of completions truncated",
+    WEIGHT_KEY: "‖Δθ‖ / ‖θ‖ since the stage began",
+}
+"""What a reader sees on a plot's axis instead of the logged key."""
+_SHARES = {"frac_reward_zero_std", "completions/clipped_ratio"}
+
+
+def _signal_row(r: StageRecord) -> list[str]:
+    d = r.diagnostics or {}
+    change = _rate(d.get("weight_change"))
+    moved = DASH if change is None else ("0 (unchanged)" if change == 0 else f"{change:.2e}")
+    if r.kind != "grpo":
+        return [str(r.stage), r.name, moved] + [DASH] * 6
+    groups, quiet = d.get("groups"), d.get("groups_no_signal")
+    share = _pct(_rate(d.get("no_signal_share")))
+    no_signal = f"{quiet}/{groups} ({share})" if isinstance(groups, int) else share
+    mean, std = _num(d.get("reward_mean"), ".3f"), _num(d.get("reward_std_mean"), ".3f")
+    calls = _num(d.get("valid_tool_calls_per_episode"), ".2f")
+    subs = _num(d.get("submissions_per_episode"), ".2f")
+    return [
+        str(r.stage),
+        r.name,
+        moved,
+        f"{mean} ± {std}" if mean != DASH else DASH,
+        no_signal,
+        _pct(_rate(d.get("truncated_share"))),
+        calls,
+        subs,
+        _pct(_rate(d.get("episodes_with_tool_call"))),
+    ]
+
+
+def _signal_section(records: Sequence[StageRecord]) -> list[str]:
+    """One row per trained stage, then a sentence for each stage that could not learn."""
+    trained = [r for r in records if r.kind in ("sft", "grpo") and r.diagnostics]
+    if not trained:
+        return ["No stage was trained in this run."]
+    header = [
+        "stage",
+        "name",
+        "‖Δθ‖/‖θ‖",
+        "reward mean ± std",
+        "groups without signal",
+        "truncated",
+        "valid tool calls / episode",
+        "submissions / episode",
+        "episodes with a tool call",
+    ]
+    lines = _table(header, [_signal_row(r) for r in trained])
+    lines += [
+        "",
+        "‖Δθ‖/‖θ‖: relative weight change from the stage's start (the stage notes say over "
+        "which weights). Groups without signal: GRPO groups whose completions all got the "
+        "same reward (zero advantage, no gradient). Truncated: completions that hit "
+        "max_completion_length. Means over the stage's steps.",
+    ]
+    sentences = [(r, s) for r in trained for s in verdicts(r.kind, r.diagnostics or {})]
+    if sentences:
+        lines.append("")
+        lines += [f"- **stage {r.stage} ({r.name})**: {s}" for r, s in sentences]
+    return lines
+
+
+# -- held-out episodes ------------------------------------------------------------------------
+
+EPISODE_COLUMNS = ("submitted", "episode ends")
+EPISODE_LEGEND = (
+    "Mean reward: the mean test pass rate of the submissions (0 without one); submitted: "
+    "episodes that called submit_solution; episode ends: stop reasons."
+)
+
+
+def _episode_cells(ev: Mapping[str, Any]) -> list[str]:
+    """Submission rate (with the count) and stop reasons of one evaluation; dashes for
+    records written before these were measured."""
+    rate, n = _rate(ev.get("submission_rate")), ev.get("n")
+    submitted = ev.get("submitted")
+    cell = _pct(rate)
+    if rate is not None and isinstance(submitted, int) and isinstance(n, int):
+        cell += f" ({submitted}/{n})"
+    reasons = ev.get("stop_reasons")
+    ends = DASH
+    if isinstance(reasons, Mapping) and reasons:
+        ends = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return [cell, ends]
+
+
+def _outcome(entry: Any) -> str:
+    """One task at one stage: ``✓ 1.00`` (solved), ``submitted 0.33`` (submitted, reward =
+    share of tests passed), ``no submit (max_turns)``; a dash when not measured."""
+    if not isinstance(entry, Mapping):
+        return DASH
+    reward, reason = _rate(entry.get("reward")), entry.get("stop_reason")
+    shown = DASH if reward is None else f"{reward:.2f}"
+    if entry.get("success"):
+        return f"✓ {shown}"
+    if reason == "submitted":
+        return f"submitted {shown}"
+    return f"no submit ({reason or DASH})"
+
+
+def _tasks_section(
+    records: Sequence[StageRecord], held_out: Sequence[Mapping[str, Any]] | None
+) -> list[str]:
+    """The held-out tasks (given, or else the union of what the records measured) with their
+    outcome at each evaluated stage."""
+    evaluated = [r for r in records if r.evaluation is not None]
+    per_stage = {r.stage: (r.evaluation or {}).get("per_task") or {} for r in evaluated}
+    tasks = [dict(t) for t in held_out or []]
+    known = {t.get("instance_id") for t in tasks}
+    for per in per_stage.values():
+        for iid, entry in per.items():
+            if iid not in known and isinstance(entry, Mapping):
+                known.add(iid)
+                tasks.append(
+                    {"instance_id": iid, **{k: entry.get(k) for k in ("db_id", "category")}}
+                )
+    if not tasks:
+        return ["No held-out task outcomes were recorded."]
+    header = ["instance_id", "db_id", "category"]
+    header += ["base" if r.stage == 0 else f"stage {r.stage}" for r in evaluated]
+    rows = [
+        [str(t.get("instance_id")), str(t.get("db_id") or DASH), str(t.get("category") or DASH)]
+        + [_outcome(per_stage[r.stage].get(t.get("instance_id"))) for r in evaluated]
+        for t in tasks
+    ]
+    dbs = sorted({str(t.get("db_id")) for t in tasks if t.get("db_id")})
+    categories = sorted({str(t.get("category")) for t in tasks if t.get("category")})
+    lines = [
+        f"{len(tasks)} task(s) from {len(dbs)} database(s) ({', '.join(dbs) or DASH}) and "
+        f"{len(categories)} categories ({', '.join(categories) or DASH}).",
+        "",
+        *_table(header, rows),
+        "",
+        "✓: solved (reward 1.00); submitted r: submitted, r = share of the hidden tests passed; "
+        "no submit (reason): the episode ended without a submission; —: not measured.",
+    ]
+    return lines
+
+
+def _budget_section(budgets: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not budgets:
+        return ["Nothing to check against: no stage-1 or stage-2 data was built or found."]
+    rows = [
+        [
+            str(b.get("key")),
+            str(b.get("value")),
+            str(b.get("need")) + (f"; {b['detail']}" if b.get("detail") else ""),
+            f"{b.get('fits')} of {b.get('total')}",
+            "ok" if b.get("ok") else "**too small**",
+        ]
+        for b in budgets
+    ]
+    lines = _table(["setting", "value", "the teacher's samples need", "fit", "verdict"], rows)
+    return lines + [
+        "",
+        "Each limit against the verified teacher data of this run (stage 1: reasoning "
+        "answers; stage 2: tool-use episodes), in the trained model's tokens. A sample "
+        "that does not fit is cut (max_length, max_new_tokens, max_completion_length) or its "
+        "episode ends before the teacher's submission (max_tool_calls).",
+    ]
+
+
 def write_report(
     run_dir: Path,
     records: Sequence[StageRecord],
     *,
     title: str,
     config_summary: Mapping[str, Any],
+    held_out: Sequence[Mapping[str, Any]] | None = None,
+    budgets: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Write ``run_dir/report.md`` (and PNGs under ``run_dir/plots/``); return its path."""
+    """Write ``run_dir/report.md`` (and PNGs under ``run_dir/plots/``); return its path.
+    `held_out`: the evaluated tasks (``instance_id``, ``db_id``, ``category``), listed with
+    their outcome at each stage; `budgets`: the budget checks of the run
+    (`birdrl.training.budgets.BudgetCheck.to_dict`), a section of their own when given."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     records = sorted(records, key=lambda r: r.stage)
@@ -260,6 +461,8 @@ def write_report(
     lines = [f"# {title}", "", f"Written {stamp}; {len(records)} stage record(s).", ""]
     lines += ["## Configuration", ""]
     lines += _table(["setting", "value"], [[str(k), str(v)] for k, v in config_summary.items()])
+    if budgets is not None:
+        lines += ["", "## Budget checks", "", *_budget_section(budgets)]
     lines += ["", "## Training", ""]
     rows = [[str(r.stage), r.name, r.kind, _duration(r), _steps(r), _signal(r)] for r in records]
     lines += _table(["stage", "name", "kind", "time", "steps", "training signal"], rows)
@@ -268,7 +471,10 @@ def write_report(
         "Training signal: first → last logged value (SFT: loss, GRPO: mean reward); "
         '"means of k": each end averages k logged steps.',
     ]
-    lines += ["", "## Success rate", "", *_sr_section(records), "", "## Plots", ""]
+    lines += ["", "## Learning signal", "", *_signal_section(records)]
+    lines += ["", "## Success rate", "", *_sr_section(records), ""]
+    lines += ["## Held-out tasks", "", *_tasks_section(records, held_out), ""]
+    lines += ["## Plots", ""]
     if skipped:
         lines.append(skipped)
     elif not plots:

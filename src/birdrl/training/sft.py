@@ -26,6 +26,7 @@ from birdrl.training.common import (
     progress_callback,
 )
 from birdrl.training.config import ConfigError, CurriculumConfig, SFTStageConfig
+from birdrl.training.diagnostics import diagnostics_callback, summarize, verdicts, weight_note
 from birdrl.training.environment import tool_schemas
 from birdrl.training.models import load_policy, load_tokenizer
 
@@ -102,8 +103,12 @@ def run_sft_stage(
         peft_config=lora_config(config),
         callbacks=[progress_callback(progress, f"stage {stage}")],
     )
+    diagnostics = diagnostics_callback(trainer, stage, "sft", warn=progress)
     prepare_trainer(trainer, on_trainer)
     trainer.train(resume_from_checkpoint=last_checkpoint(out_dir))
     output = finish_stage(trainer, tokenizer, out_dir, started)
     output.notes[:0] = notes
+    output.notes.append(weight_note(diagnostics))
+    for sentence in verdicts("sft", summarize("sft", output.log_history)):
+        diagnostics.warn(f"warning: stage {stage}: {sentence}")
     return output
