@@ -109,11 +109,19 @@ class GRPOStageConfig:
     mixing. Stage 3 only: stage 4 trains on debugging episodes."""
     max_tool_calls: int = 5
     """Stage 4: tool calls per episode."""
+    task_order: str = "stratified"
+    """Which `max_samples` training tasks: ``stratified`` (across databases and categories)
+    or ``easy-first`` (tasks whose buggy SQL already earns partial credit first, so
+    rewards vary within groups; `birdrl.data.difficulty`)."""
     no_signal_steps: int = 3
     """Warn when this many consecutive steps had no learning signal (every group's rewards
     equal, so every advantage is 0)."""
 
     def __post_init__(self) -> None:
+        if self.task_order not in ("stratified", "easy-first"):
+            raise ConfigError(
+                f"task_order must be 'stratified' or 'easy-first', got {self.task_order!r}"
+            )
         if self.no_signal_steps < 1:
             raise ConfigError(f"no_signal_steps must be >= 1, got {self.no_signal_steps}")
 

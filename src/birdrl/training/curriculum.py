@@ -23,6 +23,7 @@ from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent
 from birdrl.agents.registry import make_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory, write_trajectories
+from birdrl.data.difficulty import easy_first, issue_sql_credit
 from birdrl.data.stages import (
     StageDataset,
     build_reasoning_sft,
@@ -323,8 +324,14 @@ class _Run:
 
     def stage_data(self, stage: int) -> StageDataset:
         cfg, stage_cfg = self.config, getattr(self.config, f"stage{stage}")
-        tasks = stratified_subset(self.debug_tasks, stage_cfg.max_samples, cfg.seed)
         dbs = self.train.databases
+        if stage >= 3 and stage_cfg.task_order == "easy-first":
+            credit = issue_sql_credit(self.debug_tasks, dbs, self.eval_config)
+            tasks = easy_first(self.debug_tasks, credit, stage_cfg.max_samples, cfg.seed)
+            easy = sum(credit.get(t.instance_id, 0.0) > 0 for t in tasks)
+            self.say(f"stage {stage}: easy first: {easy} of {len(tasks)} tasks earn partial credit")
+        else:
+            tasks = stratified_subset(self.debug_tasks, stage_cfg.max_samples, cfg.seed)
         prompt = cfg.prompt
         self.say(f"stage {stage}: building the dataset from {len(tasks)} tasks")
         if stage == 1:
