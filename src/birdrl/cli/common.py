@@ -1,17 +1,27 @@
-"""What every command shares: one-line errors, a console for results."""
+"""What every command shares: one-line errors, a console for results, progress bars."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from birdrl.errors import BirdrlError
 
-__all__ = ["clean_errors", "results_console"]
+__all__ = ["clean_errors", "labelled_bars", "results_console"]
 
 
 @contextmanager
@@ -33,3 +43,32 @@ def results_console() -> Console:
     if not console.is_terminal:
         console = Console(width=max(console.width, 150))
     return console
+
+
+@contextmanager
+def labelled_bars(
+    console: Console,
+    *,
+    label: str = "{task.description}",
+    unit: str = "",
+    spinner: bool = False,
+    drop_finished: bool = False,
+) -> Iterator[Callable[[str, int, int], None]]:
+    """A transient rich progress display on `console`; yields ``update(name, done, total)``,
+    which keeps one bar per name (`label` formats it, `unit` follows the count); with
+    `drop_finished` a bar goes away once ``done >= total``."""
+    columns: list[ProgressColumn] = [SpinnerColumn()] if spinner else []
+    columns += [TextColumn(label), BarColumn(), MofNCompleteColumn()]
+    columns += [TextColumn(unit)] if unit else []
+    progress = Progress(*columns, TimeElapsedColumn(), console=console, transient=True)
+    bars: dict[str, TaskID] = {}
+
+    def update(name: str, done: int, total: int) -> None:
+        if name not in bars:
+            bars[name] = progress.add_task(name, total=total)
+        progress.update(bars[name], completed=done, total=total)
+        if drop_finished and done >= total:
+            progress.remove_task(bars.pop(name))
+
+    with progress:
+        yield update

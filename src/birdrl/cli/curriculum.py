@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
-from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.common import clean_errors, labelled_bars, results_console
 
 __all__ = ["curriculum_command"]
 
@@ -150,32 +141,11 @@ def _run_ablation(
     console.print(f"ablation table: {result.table}  (total {result.seconds / 60:.1f} min)")
 
 
-@contextmanager
-def episode_bars(console: Console) -> Iterator[Callable[[str, int, int], None]]:
-    """A live rich progress display on `console`; yields the curriculum's
+def episode_bars(console: Console) -> AbstractContextManager[Callable[[str, int, int], None]]:
+    """A live progress display on `console` for the curriculum's
     ``episode_progress(label, done, total)``: one bar per label (an evaluation, a teacher's
     episodes), removed when it completes (the log line after it gives the result)."""
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("episodes"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    bars: dict[str, TaskID] = {}
-
-    def update(label: str, done: int, total: int) -> None:
-        if label not in bars:
-            bars[label] = progress.add_task(label, total=total)
-        progress.update(bars[label], completed=done, total=total)
-        if done >= total:
-            progress.remove_task(bars.pop(label))
-
-    with progress:
-        yield update
+    return labelled_bars(console, unit="episodes", spinner=True, drop_finished=True)
 
 
 def _print_plan(console: Any, config: Any, run_dir: Path, processes: int | None) -> None:

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.table import Table
 
-from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.common import clean_errors, labelled_bars, results_console
 from birdrl.cli.evaluate import (
     DbRootOption,
     SkipOption,
@@ -137,23 +129,6 @@ def synthesize_command(
         )
 
 
-@contextmanager
-def _stage_progress() -> Iterator[Callable[[str, int, int], None]]:
+def _stage_progress() -> AbstractContextManager[Callable[[str, int, int], None]]:
     """A transient progress bar on stderr, one row per stage."""
-    progress = Progress(
-        TextColumn("{task.description:<12}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    )
-    rows: dict[str, TaskID] = {}
-
-    def update(stage: str, done: int, total: int) -> None:
-        if stage not in rows:
-            rows[stage] = progress.add_task(stage, total=total)
-        progress.update(rows[stage], completed=done, total=total)
-
-    with progress:
-        yield update
+    return labelled_bars(Console(stderr=True), label="{task.description:<12}")

@@ -55,6 +55,14 @@ class Guard:
         self.trusted = False  # the sandbox's own statements (size caps) run unchecked
         self.attached = False  # an ATTACH was authorized: cap the new database's size
 
+    def start(self, timeout_s: float) -> None:
+        """Arm for the next statement: clear what the last one left, set its deadline."""
+        self.refusal = None
+        self.limit = None
+        self.timed_out = False
+        self.attached = False
+        self.deadline = time.monotonic() + timeout_s
+
     def authorize(
         self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _src: str | None
     ) -> int:

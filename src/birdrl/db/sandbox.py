@@ -139,12 +139,8 @@ class Sandbox:
                 return failed_statement(
                     index, len(statements), ErrorKind.CLOSED, _CLOSED, rowcount, t0
                 )
-            guard.refusal = None
-            guard.limit = None
-            guard.timed_out = False
-            guard.attached = False
             started = time.monotonic()
-            guard.deadline = started + limits.timeout_s
+            guard.start(limits.timeout_s)
             try:
                 cur = conn.execute(stmt)
                 if cur.description is not None:

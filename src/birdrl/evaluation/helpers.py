@@ -125,11 +125,7 @@ def perform_query_on_sqlite_databases(
     guard = getattr(conn, "guard", None)
     timeout_s = getattr(conn, "statement_timeout_s", query_timeout)
     if guard is not None:
-        guard.timed_out = False
-        guard.refusal = None
-        guard.limit = None
-        guard.attached = False
-        guard.deadline = time.monotonic() + timeout_s
+        guard.start(timeout_s)
     cursor = conn.cursor()
     try:
         cursor.execute(query)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.training.config import ConfigError, CurriculumConfig
-from birdrl.training.report import DASH, StageRecord
+from birdrl.training.diagnostics import finite_number
+from birdrl.training.report import DASH, StageRecord, markdown_table, number_cell
 
 __all__ = [
     "PAPER_7B",
@@ -166,8 +167,8 @@ def run_ablation(
 
 
 def _pct(value: Any) -> str:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return f"{100 * value:.1f}" if ok else DASH
+    rate = finite_number(value)
+    return DASH if rate is None else f"{100 * rate:.1f}"
 
 
 def _paper(name: str, stages: tuple[int, ...]) -> str:
@@ -198,7 +199,7 @@ def write_ablation_table(out_dir: Path, results: Sequence[VariantResult]) -> Pat
                 "base model",
                 "—",
                 _pct(ev.get("success_rate")),
-                _num(ev.get("mean_reward")),
+                number_cell(ev.get("mean_reward"), ".3f"),
                 _pct(ev.get("tool_call_validity")),
                 _pct(ev.get("submission_rate")),
                 DASH,
@@ -214,7 +215,7 @@ def write_ablation_table(out_dir: Path, results: Sequence[VariantResult]) -> Pat
                 v.name,
                 "-".join(f"s{s}" for s in v.stages),
                 _pct(ev.get("success_rate")),
-                _num(ev.get("mean_reward")),
+                number_cell(ev.get("mean_reward"), ".3f"),
                 _pct(ev.get("tool_call_validity")),
                 _pct(ev.get("submission_rate")),
                 f"{v.seconds / 60:.1f} ({reused})",
@@ -230,9 +231,7 @@ def write_ablation_table(out_dir: Path, results: Sequence[VariantResult]) -> Pat
                 "evaluation": ev,
             }
         )
-    lines = ["# Stage ablation", ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines = ["# Stage ablation", "", *markdown_table(header, rows)]
     lines += [
         "",
         "Metrics are the final stage's evaluation on the held-out tasks (SR: all tests pass; "
@@ -244,8 +243,3 @@ def write_ablation_table(out_dir: Path, results: Sequence[VariantResult]) -> Pat
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out_dir / "ablation.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     return path
-
-
-def _num(value: Any) -> str:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return f"{value:.3f}" if ok else DASH

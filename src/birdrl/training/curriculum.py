@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +269,12 @@ class _Run:
         self.budget_checks = checks
         return checks
 
+    @cached_property
+    def issue_credit(self) -> dict[str, float]:
+        """The share of hidden tests each training task's buggy SQL passes (easy-first
+        order), measured once per run: stages 3 and 4 share it."""
+        return issue_sql_credit(self.debug_tasks, self.train.databases, self.eval_config)
+
     def record_path(self, stage: int) -> Path:
         return self.run_dir / f"stage{stage}" / "record.json"
 
@@ -326,7 +333,7 @@ class _Run:
         cfg, stage_cfg = self.config, getattr(self.config, f"stage{stage}")
         dbs = self.train.databases
         if stage >= 3 and stage_cfg.task_order == "easy-first":
-            credit = issue_sql_credit(self.debug_tasks, dbs, self.eval_config)
+            credit = self.issue_credit
             tasks = easy_first(self.debug_tasks, credit, stage_cfg.max_samples, cfg.seed)
             easy = sum(credit.get(t.instance_id, 0.0) > 0 for t in tasks)
             self.say(f"stage {stage}: easy first: {easy} of {len(tasks)} tasks earn partial credit")

@@ -131,7 +131,8 @@ class WeightTracker:
         return math.sqrt(total) / self._norm
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite number (not a bool), else None."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     return float(value) if ok and math.isfinite(value) else None
 
@@ -208,7 +209,7 @@ class DiagnosticsCallback:
         }
 
     def _check_signal(self, step: int, logs: Mapping[str, Any]) -> None:
-        zero = _number(logs.get("frac_reward_zero_std"))
+        zero = finite_number(logs.get("frac_reward_zero_std"))
         if zero is None:
             return
         if zero < 1.0 - 1e-9:
@@ -217,8 +218,8 @@ class DiagnosticsCallback:
         self._quiet_run += 1
         if self._quiet_run != self.no_signal_steps:
             return
-        reward = _number(logs.get("reward"))
-        clipped = _number(logs.get("completions/clipped_ratio"))
+        reward = finite_number(logs.get("reward"))
+        clipped = finite_number(logs.get("completions/clipped_ratio"))
         why = f"every completion got reward {reward:.3g}" if reward is not None else ""
         if clipped is not None and clipped >= 1.0 - 1e-9:
             why += ("; " if why else "") + "all completions hit max_completion_length"
@@ -291,7 +292,7 @@ def weight_note(callback: DiagnosticsCallback) -> str:
 
 
 def _values(log: Sequence[Mapping[str, Any]], key: str) -> list[float]:
-    return [v for v in (_number(e.get(key)) for e in log if "loss" in e) if v is not None]
+    return [v for v in (finite_number(e.get(key)) for e in log if "loss" in e) if v is not None]
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -323,9 +324,9 @@ def summarize(kind: str, log_history: Sequence[Mapping[str, Any]]) -> dict[str, 
         return out
     rewards = _values(steps, "reward")
     zero = [
-        (v, _number(e.get(GROUPS_KEY)))
+        (v, finite_number(e.get(GROUPS_KEY)))
         for e in steps
-        if (v := _number(e.get("frac_reward_zero_std"))) is not None
+        if (v := finite_number(e.get("frac_reward_zero_std"))) is not None
     ]
     groups = [g for _, g in zero if g is not None]
     counted = len(groups) == len(zero) and bool(zero)
@@ -351,8 +352,8 @@ def summarize(kind: str, log_history: Sequence[Mapping[str, Any]]) -> dict[str, 
             pairs = [
                 (c, v)
                 for e in steps
-                if (c := _number(e.get("episodes/count")))
-                and (v := _number(e.get(key))) is not None
+                if (c := finite_number(e.get("episodes/count")))
+                and (v := finite_number(e.get(key))) is not None
             ]
             return sum(c * v for c, v in pairs) / n if pairs else None
 
@@ -369,18 +370,18 @@ def summarize(kind: str, log_history: Sequence[Mapping[str, Any]]) -> dict[str, 
 def verdicts(kind: str, summary: Mapping[str, Any]) -> list[str]:
     """Plain sentences for what kept a stage from learning (empty when nothing did)."""
     out: list[str] = []
-    change = _number(summary.get("weight_change"))
+    change = finite_number(summary.get("weight_change"))
     unchanged = change == 0.0
     if kind == "grpo":
         groups, quiet = summary.get("groups"), summary.get("groups_no_signal")
-        share = _number(summary.get("no_signal_share"))
+        share = finite_number(summary.get("no_signal_share"))
         tail = "; weights unchanged" if unchanged else ""
         if share is not None and share >= 1.0 - 1e-9:
             what = f"all {groups} groups" if isinstance(groups, int) else "every group"
-            reward = _number(summary.get("reward_mean"))
+            reward = finite_number(summary.get("reward_mean"))
             value = (
                 f" ({reward:.3g})"
-                if reward is not None and _number(summary.get("reward_std_mean")) == 0
+                if reward is not None and finite_number(summary.get("reward_std_mean")) == 0
                 else ""
             )
             out.append(f"{what} had equal rewards{value}: no gradient{tail}.")
@@ -391,15 +392,15 @@ def verdicts(kind: str, summary: Mapping[str, Any]) -> list[str]:
                 else f"{share:.0%} of groups"
             )
             out.append(f"{what} had equal rewards (no signal from them).")
-        truncated = _number(summary.get("truncated_share"))
+        truncated = finite_number(summary.get("truncated_share"))
         if truncated is not None and truncated >= 1.0 - 1e-9:
             out.append("100% of completions were truncated at max_completion_length.")
         elif truncated is not None and truncated >= 0.5:
             out.append(f"{truncated:.0%} of completions were truncated at max_completion_length.")
         episodes = summary.get("episodes")
         if isinstance(episodes, int) and episodes > 0:
-            calls = _number(summary.get("valid_tool_calls_per_episode"))
-            subs = _number(summary.get("submissions_per_episode"))
+            calls = finite_number(summary.get("valid_tool_calls_per_episode"))
+            subs = finite_number(summary.get("submissions_per_episode"))
             if calls == 0:
                 out.append(f"none of {episodes} episodes made a valid tool call.")
             if subs == 0:

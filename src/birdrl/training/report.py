@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
-from birdrl.training.diagnostics import WEIGHT_KEY, summarize, verdicts
+from birdrl.training.diagnostics import WEIGHT_KEY, finite_number, summarize, verdicts
 
-__all__ = ["ReportError", "StageRecord", "write_report"]
+__all__ = ["ReportError", "StageRecord", "markdown_table", "number_cell", "write_report"]
 
 DASH = "—"
 KINDS = ("base", "sft", "grpo")
@@ -73,7 +73,7 @@ class StageRecord:
 
 def _series(log: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
     """(steps, values) of the entries that logged a finite number under `key`."""
-    found = [(float(e.get("step", i)), _rate(e.get(key))) for i, e in enumerate(log)]
+    found = [(float(e.get("step", i)), finite_number(e.get(key))) for i, e in enumerate(log)]
     return [s for s, v in found if v is not None], [v for _, v in found if v is not None]
 
 
@@ -99,17 +99,12 @@ def _steps(record: StageRecord) -> str:
 
 
 def _duration(record: StageRecord) -> str:
-    s = _rate(record.seconds)
+    s = finite_number(record.seconds)
     if s is None:
         return DASH
     text = f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min" if s >= 3600 else f"{s:.1f} s"
     text = f"{int(s // 60)} min {int(s % 60):02d} s" if 60 <= s < 3600 else text
     return text + (" (eval)" if record.kind == "base" else "")
-
-
-def _rate(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else None
 
 
 def _pct(value: float | None) -> str:
@@ -127,7 +122,8 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a markdown table (``|`` and newlines in cells escaped)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return lines + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
 
@@ -177,7 +173,9 @@ def _plots(plot_dir: Path, records: Sequence[StageRecord]) -> dict[int | None, l
             name = key.replace("/", "-")
             out.setdefault(r.stage, []).append(save(fig, f"stage{r.stage}_{name}.png"))
     evaluated = [
-        r for r in records if r.evaluation and _rate(r.evaluation.get("success_rate")) is not None
+        r
+        for r in records
+        if r.evaluation and finite_number(r.evaluation.get("success_rate")) is not None
     ]
     if evaluated:
         groups = ["overall", *_categories(evaluated)]
@@ -187,7 +185,9 @@ def _plots(plot_dir: Path, records: Sequence[StageRecord]) -> dict[int | None, l
         for i, r in enumerate(evaluated):
             ev = r.evaluation or {}
             per = ev.get("per_category") or {}
-            heights = [_rate(ev.get("success_rate"))] + [_rate(per.get(c)) for c in groups[1:]]
+            heights = [finite_number(ev.get("success_rate"))] + [
+                finite_number(per.get(c)) for c in groups[1:]
+            ]
             xs = [g + (i - (len(evaluated) - 1) / 2) * width for g in range(len(groups))]
             tops = [math.nan if h is None else 100 * h for h in heights]  # missing: no bar
             bars = ax.bar(xs, tops, width, label=f"{r.stage}: {r.name}")
@@ -206,22 +206,30 @@ def _categories(records: Sequence[StageRecord]) -> list[str]:
 # -- the report ------------------------------------------------------------------------------
 
 
-def _num(value: Any, fmt: str) -> str:
-    rate = _rate(value)
+def number_cell(value: Any, fmt: str) -> str:
+    """`value` formatted with `fmt`, or a dash when it is not a finite number."""
+    rate = finite_number(value)
     return DASH if rate is None else format(rate, fmt)
 
 
 def _sr_row(r: StageRecord, prev: Mapping[str, Any], categories: Sequence[str]) -> list[str]:
     ev = r.evaluation or {}
-    sr = _rate(ev.get("success_rate"))
+    sr = finite_number(ev.get("success_rate"))
     row = [str(r.stage), r.name, str(ev.get("mode", DASH)), str(ev.get("n", DASH)), _pct(sr)]
-    row.append(_delta(sr, _rate(prev.get("success_rate"))) if prev else DASH)
+    row.append(_delta(sr, finite_number(prev.get("success_rate"))) if prev else DASH)
     per, prev_per = ev.get("per_category") or {}, prev.get("per_category") or {}
     for c in categories:
-        value, change = _rate(per.get(c)), _delta(_rate(per.get(c)), _rate(prev_per.get(c)))
+        value, change = (
+            finite_number(per.get(c)),
+            _delta(finite_number(per.get(c)), finite_number(prev_per.get(c))),
+        )
         row.append(_pct(value) + (f" ({change})" if change != DASH else ""))
-    valid = _rate(ev.get("tool_call_validity"))
-    row += [_num(ev.get("avg_turns"), ".2f"), _pct(valid), _num(ev.get("mean_reward"), ".3f")]
+    valid = finite_number(ev.get("tool_call_validity"))
+    row += [
+        number_cell(ev.get("avg_turns"), ".2f"),
+        _pct(valid),
+        number_cell(ev.get("mean_reward"), ".3f"),
+    ]
     return row + _episode_cells(ev)
 
 
@@ -244,7 +252,7 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
             row[5], unlike = row[5] + " †", True
         rows.append(row)
         prev = r.evaluation or prev
-    lines = _table(
+    lines = markdown_table(
         [*header, "avg turns", "valid tool calls", "mean reward", *EPISODE_COLUMNS], rows
     )
     lines += ["", "SR: share of held-out tasks solved; Δ: against the previous evaluated stage."]
@@ -252,7 +260,7 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
     if unlike:
         lines.append("† evaluated differently (mode or task count) from the previous stage.")
     first, last = evaluated[0], evaluated[-1]
-    a, b = (_rate((x.evaluation or {}).get("success_rate")) for x in (first, last))
+    a, b = (finite_number((x.evaluation or {}).get("success_rate")) for x in (first, last))
     if first is not last and a is not None and b is not None:
         lines.append(
             f"\nFrom stage {first.stage} ({first.name}) to stage {last.stage} ({last.name}): "
@@ -282,26 +290,29 @@ _SHARES = {"frac_reward_zero_std", "completions/clipped_ratio"}
 
 def _signal_row(r: StageRecord) -> list[str]:
     d = r.diagnostics or {}
-    change = _rate(d.get("weight_change"))
+    change = finite_number(d.get("weight_change"))
     moved = DASH if change is None else ("0 (unchanged)" if change == 0 else f"{change:.2e}")
     if r.kind != "grpo":
         return [str(r.stage), r.name, moved] + [DASH] * 6
     groups, quiet = d.get("groups"), d.get("groups_no_signal")
-    share = _pct(_rate(d.get("no_signal_share")))
+    share = _pct(finite_number(d.get("no_signal_share")))
     no_signal = f"{quiet}/{groups} ({share})" if isinstance(groups, int) else share
-    mean, std = _num(d.get("reward_mean"), ".3f"), _num(d.get("reward_std_mean"), ".3f")
-    calls = _num(d.get("valid_tool_calls_per_episode"), ".2f")
-    subs = _num(d.get("submissions_per_episode"), ".2f")
+    mean, std = (
+        number_cell(d.get("reward_mean"), ".3f"),
+        number_cell(d.get("reward_std_mean"), ".3f"),
+    )
+    calls = number_cell(d.get("valid_tool_calls_per_episode"), ".2f")
+    subs = number_cell(d.get("submissions_per_episode"), ".2f")
     return [
         str(r.stage),
         r.name,
         moved,
         f"{mean} ± {std}" if mean != DASH else DASH,
         no_signal,
-        _pct(_rate(d.get("truncated_share"))),
+        _pct(finite_number(d.get("truncated_share"))),
         calls,
         subs,
-        _pct(_rate(d.get("episodes_with_tool_call"))),
+        _pct(finite_number(d.get("episodes_with_tool_call"))),
     ]
 
 
@@ -321,7 +332,7 @@ def _signal_section(records: Sequence[StageRecord]) -> list[str]:
         "submissions / episode",
         "episodes with a tool call",
     ]
-    lines = _table(header, [_signal_row(r) for r in trained])
+    lines = markdown_table(header, [_signal_row(r) for r in trained])
     lines += [
         "",
         "‖Δθ‖/‖θ‖: relative weight change from the stage's start (the stage notes say over "
@@ -348,7 +359,7 @@ EPISODE_LEGEND = (
 def _episode_cells(ev: Mapping[str, Any]) -> list[str]:
     """Submission rate (with the count) and stop reasons of one evaluation; dashes for
     records written before these were measured."""
-    rate, n = _rate(ev.get("submission_rate")), ev.get("n")
+    rate, n = finite_number(ev.get("submission_rate")), ev.get("n")
     submitted = ev.get("submitted")
     cell = _pct(rate)
     if rate is not None and isinstance(submitted, int) and isinstance(n, int):
@@ -365,7 +376,7 @@ def _outcome(entry: Any) -> str:
     share of tests passed), ``no submit (max_turns)``; a dash when not measured."""
     if not isinstance(entry, Mapping):
         return DASH
-    reward, reason = _rate(entry.get("reward")), entry.get("stop_reason")
+    reward, reason = finite_number(entry.get("reward")), entry.get("stop_reason")
     shown = DASH if reward is None else f"{reward:.2f}"
     if entry.get("success"):
         return f"✓ {shown}"
@@ -405,7 +416,7 @@ def _tasks_section(
         f"{len(tasks)} task(s) from {len(dbs)} database(s) ({', '.join(dbs) or DASH}) and "
         f"{len(categories)} categories ({', '.join(categories) or DASH}).",
         "",
-        *_table(header, rows),
+        *markdown_table(header, rows),
         "",
         "✓: solved (reward 1.00); submitted r: submitted, r = share of the hidden tests passed; "
         "no submit (reason): the episode ended without a submission; —: not measured.",
@@ -426,7 +437,9 @@ def _budget_section(budgets: Sequence[Mapping[str, Any]]) -> list[str]:
         ]
         for b in budgets
     ]
-    lines = _table(["setting", "value", "the teacher's samples need", "fit", "verdict"], rows)
+    lines = markdown_table(
+        ["setting", "value", "the teacher's samples need", "fit", "verdict"], rows
+    )
     return lines + [
         "",
         "Each limit against the verified teacher data of this run (stage 1: reasoning "
@@ -460,12 +473,14 @@ def write_report(
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [f"# {title}", "", f"Written {stamp}; {len(records)} stage record(s).", ""]
     lines += ["## Configuration", ""]
-    lines += _table(["setting", "value"], [[str(k), str(v)] for k, v in config_summary.items()])
+    lines += markdown_table(
+        ["setting", "value"], [[str(k), str(v)] for k, v in config_summary.items()]
+    )
     if budgets is not None:
         lines += ["", "## Budget checks", "", *_budget_section(budgets)]
     lines += ["", "## Training", ""]
     rows = [[str(r.stage), r.name, r.kind, _duration(r), _steps(r), _signal(r)] for r in records]
-    lines += _table(["stage", "name", "kind", "time", "steps", "training signal"], rows)
+    lines += markdown_table(["stage", "name", "kind", "time", "steps", "training signal"], rows)
     lines += [
         "",
         "Training signal: first → last logged value (SFT: loss, GRPO: mean reward); "

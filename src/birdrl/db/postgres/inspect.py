@@ -68,8 +68,8 @@ def statistics_state(conn: psycopg.Connection[Any]) -> str:
     """SHA-256 of what the planner and the cumulative statistics show of the connected
     database beyond its rows: the size, visibility and freeze columns of every (non-shared)
     ``pg_class`` row, ``pg_statistic`` and ``pg_statistic_ext_data`` rows by identity and
-    xmin, and the vacuum / analyze counts (one statement, ~1-2 ms on the bundled databases). Equal before and after reads; VACUUM
-    (any form) and ANALYZE change it."""
+    xmin, and the vacuum / analyze counts (one statement, ~1-2 ms on the bundled
+    databases). Equal before and after reads; VACUUM (any form) and ANALYZE change it."""
     row = conn.execute(_STATISTICS.encode()).fetchone()
     return hashlib.sha256(repr(row).encode()).hexdigest()
 
