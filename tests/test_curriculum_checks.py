@@ -17,14 +17,13 @@ from birdrl.training.curriculum import _Run, run_curriculum  # noqa: E402
 
 
 def test_tiny_subsets_span_databases_and_categories(tmp_path: Path) -> None:
-    run = _Run(load_preset("tiny"), tmp_path, None)  # evaluation.limit = 6, stage3: 24 tasks
+    run = _Run(load_preset("tiny"), tmp_path, None)  # evaluation.limit = 12, stage1: 12 tasks
     held_out = run.eval_tasks
-    assert len(held_out) == 6 and len({t.db_id for t in held_out}) == 6
-    assert set(Counter(t.category for t in held_out).values()) == {2}
-    rows = run.stage_data(3).rows
-    debug = [r for r in rows if r["kind"] == "debug"]
-    assert len(debug) == 24 and len({r["db_id"] for r in debug}) == 6
-    assert {r["category"] for r in debug} == {"Query", "Management", "Personalization"}
+    assert len(held_out) == 12 and len({t.db_id for t in held_out}) == 6
+    assert set(Counter(t.category for t in held_out).values()) == {4}
+    rows = run.stage_data(1).rows
+    assert len(rows) == 12 and len({r["db_id"] for r in rows}) == 6
+    assert {r["category"] for r in rows} == {"Query", "Management", "Personalization"}
 
 
 def test_a_run_warns_reports_budgets_and_shows_each_task(tmp_path: Path) -> None:

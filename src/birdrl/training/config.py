@@ -158,6 +158,11 @@ class CurriculumConfig:
     dtype: str = "auto"
     """``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16``."""
     gradient_checkpointing: bool = False
+    bf16_generation: bool = False
+    """Generate in bfloat16: held-out evaluations load the model in bf16, GRPO rollouts run
+    under bf16 autocast; training stays in ``dtype``. On a CPU with AMX evaluations and
+    rollouts take about half the time (training in bf16 autocast learned less on the tiny
+    preset, so it is not offered here)."""
     use_vllm: bool = False
     """Generate with vLLM in GRPO stages (needs a GPU and the vllm package)."""
     vllm_mode: str = "colocate"

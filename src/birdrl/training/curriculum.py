@@ -39,6 +39,7 @@ from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.subset import stratified_subset
+from birdrl.training.allocator import keep_freed_memory
 from birdrl.training.budgets import BudgetCheck, check_budgets
 from birdrl.training.common import StageOutput
 from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
@@ -50,6 +51,7 @@ from birdrl.training.models import (
     load_tokenizer,
     require_training,
     resolve_training_model,
+    use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
 from birdrl.training.sft import run_sft_stage
@@ -119,8 +121,10 @@ def evaluate_policy(
 
     settings = config.evaluation
     tokenizer, _ = load_tokenizer(model_dir)
+    # bf16 weights for generation only: decoding reads every weight and cached key once
+    # per token, so on a CPU half the bytes is close to half the time
     agent = HFAgent.from_model(
-        load_policy(model_dir, config.dtype),
+        load_policy(model_dir, "bfloat16" if config.bf16_generation else config.dtype),
         tokenizer,
         generation=GenerationConfig(max_new_tokens=settings.max_new_tokens, seed=config.seed),
         batch_size=settings.batch_size,
@@ -530,8 +534,11 @@ def run_curriculum(
     stage's training starts (extra callbacks, inspection). Before anything runs, the
     budgets are checked against the stage data (`birdrl.training.budgets`): `progress`
     gets a ``warning: ...`` line for each limit the teacher's samples do not fit in.
-    `episode_progress(label, done, total)` follows evaluations and teacher episodes."""
+    `episode_progress(label, done, total)` follows evaluations and teacher episodes.
+    On a CPU, glibc is told to keep freed memory (`birdrl.training.allocator`)."""
     require_training()
+    if not use_cuda():
+        keep_freed_memory()
     run = Path(run_dir).expanduser()
     dist = dist_context()
     if dist.is_main:

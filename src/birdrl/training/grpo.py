@@ -45,7 +45,7 @@ from birdrl.training.diagnostics import (
 )
 from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import ToolEnvSession
-from birdrl.training.models import load_policy, load_tokenizer, use_cuda
+from birdrl.training.models import autocast_generation, load_policy, load_tokenizer, use_cuda
 from birdrl.training.rewards import make_reward
 
 __all__ = ["mix_text2sql", "run_grpo_stage"]
@@ -194,6 +194,8 @@ def run_grpo_stage(
             no_signal_steps=stage_config.no_signal_steps,
             warn=progress,
         )
+        if config.bf16_generation:
+            autocast_generation(trainer.model)
         prepare_trainer(trainer, on_trainer)
         if trainer.ref_model is not None:
             notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")

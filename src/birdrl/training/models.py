@@ -4,6 +4,7 @@ GRPO, and the trained model is later prompted the same way)."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from birdrl.cache import cache_root
 
 __all__ = [
     "TRAIN_EXTRA",
+    "autocast_generation",
     "load_policy",
     "load_tokenizer",
     "prepare_tokenizer",
@@ -109,6 +111,23 @@ def load_tokenizer(path: Path | str) -> tuple[Any, list[str]]:
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load the tokenizer of {path}: {exc}") from exc
     return tokenizer, prepare_tokenizer(tokenizer, str(path))
+
+
+def autocast_generation(model: Any) -> None:
+    """Make `model.generate` run under bfloat16 autocast on the training device. TRL's GRPO
+    generates through ``unwrapped_model.generate``, so rollouts get faster while the
+    trainer's own forward and backward passes stay in the weights' dtype."""
+    import torch
+
+    original = model.generate
+    device = "cuda" if use_cuda() else "cpu"
+
+    @functools.wraps(original)
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return original(*args, **kwargs)
+
+    model.generate = generate
 
 
 def load_policy(path: Path | str, dtype: str = "auto") -> Any:
