@@ -6,9 +6,8 @@ training allocates its activations from new, zero-filled pages: on the tiny pres
 third of the run was kernel time, and an SFT step took 40–55 s instead of 19–35 s.
 `keep_freed_memory` turns that off for the process: large blocks come from the heap, and
 freed memory stays mapped for the next step. The cost: memory is not given back to the
-system while the process lives, and fragmentation raises the peak (tiny preset, stage 4
-with micro-batches of 4: 21 GB against about 16 GB; the preset uses micro-batches of 2
-and peaks at 13.9 GB).
+system while the process lives, and fragmentation can raise the peak (the tiny preset
+with GRPO micro-batches of 8 and 4 peaked at 21 GB; with 4 and 2, as shipped, 13.9 GB).
 """
 
 from __future__ import annotations
