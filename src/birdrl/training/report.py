@@ -219,10 +219,8 @@ def _sr_row(r: StageRecord, prev: Mapping[str, Any], categories: Sequence[str]) 
     row.append(_delta(sr, finite_number(prev.get("success_rate"))) if prev else DASH)
     per, prev_per = ev.get("per_category") or {}, prev.get("per_category") or {}
     for c in categories:
-        value, change = (
-            finite_number(per.get(c)),
-            _delta(finite_number(per.get(c)), finite_number(prev_per.get(c))),
-        )
+        value = finite_number(per.get(c))
+        change = _delta(value, finite_number(prev_per.get(c)))
         row.append(_pct(value) + (f" ({change})" if change != DASH else ""))
     valid = finite_number(ev.get("tool_call_validity"))
     row += [
@@ -297,10 +295,8 @@ def _signal_row(r: StageRecord) -> list[str]:
     groups, quiet = d.get("groups"), d.get("groups_no_signal")
     share = _pct(finite_number(d.get("no_signal_share")))
     no_signal = f"{quiet}/{groups} ({share})" if isinstance(groups, int) else share
-    mean, std = (
-        number_cell(d.get("reward_mean"), ".3f"),
-        number_cell(d.get("reward_std_mean"), ".3f"),
-    )
+    mean = number_cell(d.get("reward_mean"), ".3f")
+    std = number_cell(d.get("reward_std_mean"), ".3f")
     calls = number_cell(d.get("valid_tool_calls_per_episode"), ".2f")
     subs = number_cell(d.get("submissions_per_episode"), ".2f")
     return [
