@@ -360,3 +360,45 @@ def test_rollout_shows_the_agent_the_configured_tools(pool, evaluator) -> None:
     run_episodes([QUERY], Recorder(), pool, evaluator, RolloutConfig(tools=custom))
     assert [t["function"]["name"] for t in seen[0]] == ["execute_sql", "submit_solution"]
     assert seen[1] == list(custom)
+
+
+class _Scripted:
+    """Plays fixed turns: an unparseable one, a query, then the issue SQL as submission."""
+
+    name = "scripted"
+
+    def __init__(self, turns: list[str]) -> None:
+        self.turns = turns
+
+    def generate(self, conversations, tools=None):
+        return [self.turns[sum(m["role"] == "assistant" for m in c)] for c in conversations]
+
+
+def test_trajectory_records_what_each_turn_was_read_as_and_the_test_verdicts(
+    pool, evaluator
+) -> None:
+    turns = [
+        "<tool_call>{not json",
+        call("execute_sql", "SELECT 1"),
+        call("submit_solution", "SELECT 2"),
+    ]
+    (traj,) = run_episodes([QUERY], _Scripted(turns), pool, evaluator)
+    first, second, third = traj.turn_log
+    assert first["calls"] == [] and "could not read the tool call JSON" in first["parse_error"]
+    assert second["parse_error"] is None
+    assert second["calls"] == [{"name": "execute_sql", "arguments": {"sql": "SELECT 1"}}]
+    assert third["calls"][0]["name"] == "submit_solution"
+    tests = traj.tests
+    assert tests is not None and (tests["passed"], tests["expected"], tests["run"]) == (0, 1, 1)
+    assert tests["failed_tests"] and tests["errors"]  # which test failed, and its error text
+    # the task travels with the episode, so a viewer can diff without the task file
+    assert traj.query == QUERY.query
+    assert (traj.issue_sql, traj.sol_sql) == (list(QUERY.issue_sql), list(QUERY.sol_sql))
+    (unscored,) = run_episodes(
+        [QUERY],
+        _Scripted(turns[:2] * 3),
+        pool,
+        evaluator,
+        RolloutConfig(env=EnvConfig(max_tool_calls=2)),
+    )
+    assert unscored.tests is None and unscored.stop_reason == "max_turns"

@@ -105,6 +105,32 @@ def test_every_stage_trains_and_is_recorded(smoke: dict[str, Any]) -> None:
     assert any("step 2/2" in m for m in smoke["messages"])  # progress is printed per step
 
 
+def test_grpo_groups_are_logged_with_rewards_and_advantages(smoke: dict[str, Any]) -> None:
+    run_dir = smoke["result"].run_dir
+    config = smoke["config"]
+    for stage in (3, 4):
+        stage_config = getattr(config, f"stage{stage}")
+        lines = (run_dir / f"stage{stage}" / "groups.jsonl").read_text().splitlines()
+        groups = [json.loads(line) for line in lines]
+        assert {g["step"] for g in groups} == {1, 2}, stage  # one batch per step, no repeat
+        for group in groups:
+            assert group["instance_id"], stage  # the prompt was traced back to its task
+            members = group["completions"]
+            assert len(members) == stage_config.num_generations
+            rewards = [m["reward"] for m in members]
+            advantages = [m["advantage"] for m in members]
+            assert all(isinstance(r, float) for r in rewards), stage
+            mean = sum(rewards) / len(rewards)
+            # an advantage is the reward's distance from its group's mean, in its sign
+            for r, a in zip(rewards, advantages, strict=True):
+                assert (
+                    a == pytest.approx(0, abs=1e-6)
+                    if r == pytest.approx(mean)
+                    else (a > 0) == (r > mean)
+                )
+            assert all(m["completion"] for m in members), stage
+
+
 def test_each_stage_starts_from_the_previous_output(smoke: dict[str, Any]) -> None:
     records = smoke["result"].records
     for previous, record in zip(records[:-1], records[1:], strict=True):

@@ -76,6 +76,14 @@ class Trajectory:
     """The submission ran past its time limit when scored."""
     issue_sql_passed: bool = False
     """The task's own issue SQL passes its tests (an invalid task, failed for everyone)."""
+    tests: dict[str, Any] | None = None
+    """The hidden tests' verdicts on the submission (passed, expected, failed test names,
+    their errors); None when nothing was scored."""
+    query: str = ""
+    """The user's issue; with `issue_sql` (the buggy SQL) and `sol_sql` (the reference
+    solution) it lets a viewer show and diff the task without the task file."""
+    issue_sql: list[str] = field(default_factory=list)
+    sol_sql: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -241,6 +249,10 @@ def _record(slot: _Slot, result: StepResult | None, infra_error: str | None = No
         execution_error=summary["execution_error"],
         timeout_error=summary["timeout_error"],
         issue_sql_passed=summary["issue_sql_passed"],
+        tests=summary["tests"],
+        query=slot.task.query if slot.task is not None else "",
+        issue_sql=list(slot.task.issue_sql) if slot.task is not None else [],
+        sol_sql=list(slot.task.sol_sql) if slot.task is not None else [],
     )
 
 
@@ -262,6 +274,9 @@ def _failed(task: Task, traj_id: str, error: str) -> Trajectory:
         seconds=0.0,
         turn_log=[],
         infra_error=error,
+        query=task.query,
+        issue_sql=list(task.issue_sql),
+        sol_sql=list(task.sol_sql),
     )
 
 

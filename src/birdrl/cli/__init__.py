@@ -15,6 +15,7 @@ from birdrl.cli.evaluate import eval_command
 from birdrl.cli.models import models_app
 from birdrl.cli.pool import pool_app
 from birdrl.cli.tasks import tasks_app
+from birdrl.cli.view import view_command
 
 __all__ = ["app"]
 
@@ -31,6 +32,7 @@ app.add_typer(data_app, name="data")
 app.command("eval")(eval_command)
 app.command("demo")(demo_command)
 app.command("curriculum")(curriculum_command)
+app.command("view")(view_command)
 
 
 def _version(value: bool) -> None:

@@ -55,7 +55,8 @@ def curriculum_command(
     ] = None,
 ) -> None:
     """Train with the four-stage curriculum (SFT, SFT, GRPO, multi-turn GRPO), evaluating on
-    the held-out split after each stage; writes report.md with plots."""
+    the held-out split after each stage; writes report.md with plots and a browsable viewer
+    (RUN/view/index.html, see birdrl view)."""
     from birdrl.training.config import apply_overrides, load_preset
     from birdrl.training.curriculum import parse_stages, run_curriculum
 
@@ -117,6 +118,7 @@ def curriculum_command(
         )
     console.print(table)
     console.print(f"report: {result.report}  (total {(time.monotonic() - started) / 60:.1f} min)")
+    console.print(f"viewer: {result.run_dir / 'view' / 'index.html'}  (open it in a browser)")
 
 
 def _run_ablation(

@@ -31,6 +31,7 @@ from birdrl.evaluation.suite import (
     write_predictions,
 )
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
+from birdrl.view.build import build_view
 
 __all__ = [
     "eval_command",
@@ -87,6 +88,13 @@ def eval_command(
     trajectories: Annotated[
         Path | None, typer.Option(help="With --agent: write every episode as JSONL here.")
     ] = None,
+    view: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --trajectories: also write the browsable viewer of the episodes here "
+            "(see birdrl view)."
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(help="With --agent: episodes in flight.")] = 8,
     max_tool_calls: Annotated[int, typer.Option(help="With --agent: tool calls per episode.")] = 5,
     max_new_tokens: Annotated[int, typer.Option(help="Model agents: tokens per turn.")] = 512,
@@ -125,6 +133,11 @@ def eval_command(
             raise BirdrlError(f"give exactly one of --predictions FILE or --agent ({AGENT_SPECS})")
         if mode not in ("agent", "single"):
             raise BirdrlError(f"--mode must be agent or single, got {mode!r}")
+        if view is not None and (agent is None or trajectories is None):
+            raise BirdrlError(
+                "--view needs --agent and --trajectories FILE (it shows the episodes written "
+                "there); for a predictions report, run birdrl view REPORT.json"
+            )
         names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
         bench = open_benchmark(
             tasks, db_root, skip_invalid=skip_invalid, server_databases=names == ["postgresql"]
@@ -154,6 +167,9 @@ def eval_command(
                 console.print(f"predictions written to [bold]{written}[/]", highlight=False)
         if len(names) > 1:
             render_dialects(rows, f"{tasks} ({agent or predictions})", console)
+        if view is not None and trajectories is not None:
+            index = build_view([trajectories], view)
+            console.print(f"viewer written to [bold]{index}[/]", highlight=False)
         if json_path is not None:
             out = reports[names[0]] if len(names) == 1 else reports
             json_path.write_text(json.dumps(out, indent=2) + "\n")
@@ -198,7 +214,9 @@ def _score_run(
     preds = load_predictions(predictions)
     with progress_bar(len(run.tasks), f"{run.dialect} evaluating") as advance:
         result = evaluate_suite(run.tasks, run.databases, preds, run.config, progress=advance)
-    return result.summary, result.to_dict(), preds
+    report = result.to_dict()
+    report["predictions"] = {iid: list(sqls) for iid, sqls in preds.items()}  # for birdrl view
+    return result.summary, report, preds
 
 
 def render_dropped(run: DialectRun, console: Console) -> None:

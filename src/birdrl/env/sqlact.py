@@ -32,7 +32,7 @@ from birdrl.db.statements import split_statements
 from birdrl.env.parse import extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS, format_result
-from birdrl.env.types import Message, StepResult, StopReason, ToolCall
+from birdrl.env.types import Message, ParsedTurn, StepResult, StopReason, ToolCall
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator, TestReport
 from birdrl.tasks.model import Task
@@ -83,6 +83,8 @@ class _Episode:
     report: TestReport | None = None
     submission: list[str] | None = None
     turn_log: list[dict[str, Any]] = field(default_factory=list)
+    parsed: ParsedTurn | None = None
+    """The current turn's parse, for its `turn_log` entry."""
 
 
 class SQLActEnv:
@@ -186,6 +188,7 @@ class SQLActEnv:
         t0 = time.monotonic()
         text = model_text if isinstance(model_text, str) else ""
         ep.turns += 1
+        ep.parsed = None
         ep.messages.append({"role": "assistant", "content": text})
         try:
             result = self._answer(ep, text) if self.config.mode == "single" else self._act(ep, text)
@@ -199,6 +202,7 @@ class SQLActEnv:
                 "seconds": round(time.monotonic() - t0, 6),
                 "tool_calls": result.info.get("tool_calls", 0),
                 "stop_reason": result.stop_reason.value if result.stop_reason else None,
+                **_parse_record(ep.parsed),
             }
         )
         if result.done:
@@ -206,7 +210,7 @@ class SQLActEnv:
         return result
 
     def _act(self, ep: _Episode, text: str) -> StepResult:
-        parsed = parse_turn(text, TOOL_NAMES)
+        parsed = ep.parsed = parse_turn(text, TOOL_NAMES)
         if parsed.error is not None:
             ep.tool_calls += 1
             ep.invalid_calls += 1
@@ -333,7 +337,30 @@ class SQLActEnv:
             "issue_sql_passed": bool(report and report.issue_sql_passed),
             "seconds": round(time.monotonic() - ep.started, 6),
             "turn_log": list(ep.turn_log),
+            "tests": _tests_record(report),
         }
+
+
+def _parse_record(parsed: ParsedTurn | None) -> dict[str, Any]:
+    """What a turn's text was read as: its calls, or why none was usable (for viewers)."""
+    if parsed is None:
+        return {}
+    calls = [{"name": c.name, "arguments": c.arguments} for c in parsed.calls]
+    return {"calls": calls, "parse_error": parsed.error}
+
+
+def _tests_record(report: TestReport | None) -> dict[str, Any] | None:
+    """The hidden tests' verdicts of the submission: counts, failed test names, errors."""
+    if report is None:
+        return None
+    return {
+        "passed": report.passed,
+        "expected": report.expected_tests,
+        "run": report.tests_run,
+        "failed_tests": list(report.failed_tests),
+        "errors": list(report.errors),
+        "infra_error": report.infra_error,
+    }
 
 
 def _is_write(sql: str) -> bool:

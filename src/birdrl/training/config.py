@@ -116,8 +116,13 @@ class GRPOStageConfig:
     no_signal_steps: int = 3
     """Warn when this many consecutive steps had no learning signal (every group's rewards
     equal, so every advantage is 0)."""
+    log_groups: int = 4
+    """GRPO groups (a prompt, its G completions, their rewards and advantages) written per
+    step to ``stageN/groups.jsonl`` for `birdrl view`; 0 writes none."""
 
     def __post_init__(self) -> None:
+        if self.log_groups < 0:
+            raise ConfigError(f"log_groups must be >= 0, got {self.log_groups}")
         if self.task_order not in ("stratified", "easy-first"):
             raise ConfigError(
                 f"task_order must be 'stratified' or 'easy-first', got {self.task_order!r}"

@@ -54,6 +54,7 @@ from birdrl.training.models import (
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
+from birdrl.view.build import build_view
 from birdrl.training.sft import run_sft_stage
 
 __all__ = [
@@ -317,7 +318,7 @@ class _Run:
             "stage 3 reward": cfg.stage3.reward,
             "stage 4 KL beta": cfg.stage4.beta,
         }
-        return write_report(
+        report = write_report(
             self.run_dir,
             self.records,
             title=f"birdrl curriculum: {cfg.name}",
@@ -330,6 +331,11 @@ class _Run:
             if self.budget_checks is None
             else [c.to_dict() for c in self.budget_checks],
         )
+        # the browsable view of the same run, next to report.md (birdrl view RUN rebuilds it)
+        build_view(
+            [self.run_dir], self.run_dir / "view", tasks={t.instance_id: t for t in self.eval_tasks}
+        )
+        return report
 
     # -- stage data -------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from birdrl.training.diagnostics import (
 )
 from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import ToolEnvSession
+from birdrl.training.groups import group_log_callback
 from birdrl.training.models import autocast_generation, load_policy, load_tokenizer, use_cuda
 from birdrl.training.rewards import make_reward
 
@@ -194,6 +195,7 @@ def run_grpo_stage(
             no_signal_steps=stage_config.no_signal_steps,
             warn=progress,
         )
+        group_log_callback(trainer, out_dir, rows, limit=stage_config.log_groups, notes=notes)
         if config.bf16_generation:
             autocast_generation(trainer.model)
         prepare_trainer(trainer, on_trainer)

@@ -1,0 +1,325 @@
+"""What `birdrl view` reads: run artifacts, turned into plain, JSON-ready records.
+
+A *source* is one thing the user pointed at: a curriculum run directory (stages 0-4, each
+with its held-out episodes, training log and logged GRPO groups), a trajectories JSONL of
+``birdrl eval --agent``, or a ``--json`` report of ``birdrl eval`` (agent episodes without
+their messages, or prediction scores). Every source is a list of *columns* (a stage, or the
+single evaluation), each with its episodes keyed by ``instance_id``. Nothing here runs a
+model or a database; missing pieces become notes the page shows, never an empty page.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from birdrl.errors import BirdrlError
+
+__all__ = [
+    "Column",
+    "Source",
+    "ViewError",
+    "load_source",
+    "outcome",
+]
+
+
+class ViewError(BirdrlError):
+    """A path given to `birdrl view` is not something it can show (and why)."""
+
+
+OUTCOMES = ("solved", "partial", "failed", "no submission", "infra error", "not run")
+"""Episode outcomes, best first (the task table's filter values)."""
+
+_CURVE_SKIP = {"step", "epoch", "train_runtime", "total_flos", "train_loss", "step_time"}
+_STAGE_DIR = re.compile(r"^stage(\d+)$")
+
+
+@dataclass
+class Column:
+    """One evaluated set of episodes: a curriculum stage, or one evaluation."""
+
+    key: str
+    title: str
+    stage: int | None = None
+    kind: str = "eval"
+    """``base``, ``sft``, ``grpo`` (a curriculum stage) or ``eval`` / ``predictions``."""
+    seconds: float | None = None
+    evaluation: dict[str, Any] | None = None
+    diagnostics: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """Everything but the episodes and groups (the run page's row)."""
+        return {
+            "key": self.key,
+            "title": self.title,
+            "stage": self.stage,
+            "kind": self.kind,
+            "seconds": self.seconds,
+            "evaluation": self.evaluation,
+            "diagnostics": self.diagnostics,
+            "notes": self.notes,
+            "curves": self.curves,
+            "episodes": len(self.episodes),
+            "groups": len(self.groups),
+            "group_steps": sorted({int(g.get("step", 0)) for g in self.groups}),
+        }
+
+
+@dataclass
+class Source:
+    """One path the user gave, read."""
+
+    label: str
+    path: str
+    kind: str
+    """``run``, ``trajectories`` or ``report``."""
+    columns: list[Column]
+    config: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def outcome(episode: Mapping[str, Any]) -> str:
+    """One word for how an episode ended (see `OUTCOMES`)."""
+    if episode.get("infra_error"):
+        return "infra error"
+    if episode.get("success"):
+        return "solved"
+    if episode.get("submission") is None and episode.get("stop_reason") != "submitted":
+        return "no submission"
+    return "partial" if float(episode.get("reward") or 0) > 0 else "failed"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ViewError(
+            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ViewError(
+                    f"{path}, line {number}, column {exc.colno}: not valid JSON ({exc.msg})"
+                ) from None
+            if not isinstance(record, dict):
+                raise ViewError(f"{path}, line {number}: expected a JSON object per line")
+            yield record
+
+
+def _episode(raw: Mapping[str, Any], tasks: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A trajectory (or a report row) with every field the episode page reads, the task's
+    SQL filled in from `tasks` when the record predates it, and its outcome."""
+    iid = raw.get("instance_id")
+    if not isinstance(iid, str) or not iid:
+        raise ViewError(f"{where}: an episode without an instance_id")
+    ep = dict(raw)
+    task = tasks.get(iid)
+    for name in ("query", "issue_sql", "sol_sql"):
+        if not ep.get(name) and task is not None:
+            value = getattr(task, name, None)
+            ep[name] = list(value) if isinstance(value, (list, tuple)) else value
+    if task is not None:
+        ep.setdefault("db_id", task.db_id)
+        ep.setdefault("category", getattr(getattr(task, "category", None), "value", None))
+    if not ep.get("query"):
+        ep["query"] = _issue_text(ep.get("messages") or [])
+    ep.setdefault("messages", [])
+    ep["outcome"] = outcome(ep)
+    return ep
+
+
+def _issue_text(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The user's issue out of the opening prompt (records written before ``query``)."""
+    for message in messages:
+        if message.get("role") == "user":
+            text = str(message.get("content") or "")
+            match = re.search(r"User issue:\n(.*?)(?:\n\nThe user's SQL|\Z)", text, re.DOTALL)
+            return match.group(1).strip() if match else None
+    return None
+
+
+def _curves(log_history: Sequence[Mapping[str, Any]]) -> dict[str, list[list[float]]]:
+    """Every numeric metric logged per step, as ``[step, value]`` points."""
+    curves: dict[str, list[list[float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if not isinstance(step, (int, float)) or "train_runtime" in entry:
+            continue
+        for key, value in entry.items():
+            if key in _CURVE_SKIP or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)) and value == value:  # not NaN
+                curves.setdefault(key, []).append([float(step), float(value)])
+    return curves
+
+
+def _groups(path: Path) -> list[dict[str, Any]]:
+    """Logged GRPO groups; a resumed stage appends, so the last record of a step wins."""
+    if not path.is_file():
+        return []
+    latest: dict[tuple[int, int], dict[str, Any]] = {}
+    for record in _read_jsonl(path):
+        latest[(int(record.get("step", 0)), int(record.get("group", 0)))] = record
+    return [latest[k] for k in sorted(latest)]
+
+
+def _run(path: Path, tasks: Mapping[str, Any]) -> Source:
+    config = _read_json(path / "config.json") if (path / "config.json").is_file() else None
+    stage_dirs = sorted(
+        (int(m.group(1)), d)
+        for d in path.iterdir()
+        if d.is_dir() and (m := _STAGE_DIR.match(d.name))
+    )
+    source = Source(path.name or str(path), str(path), "run", [], config)
+    if not stage_dirs:
+        source.notes.append("no stage has finished yet: no stageN/record.json in this directory")
+    for number, stage_dir in stage_dirs:
+        record_path = stage_dir / "record.json"
+        column = Column(f"stage{number}", f"stage {number}", stage=number)
+        if record_path.is_file():
+            record = _read_json(record_path)
+            column.title = f"stage {number}: {record.get('name', '')}".rstrip(": ")
+            column.kind = str(record.get("kind", "eval"))
+            column.seconds = record.get("seconds")
+            column.evaluation = record.get("evaluation")
+            column.diagnostics = record.get("diagnostics")
+            column.notes = [str(n) for n in record.get("notes", [])]
+            column.curves = _curves(record.get("log_history", []))
+        else:
+            column.notes.append("this stage has not finished: no record.json yet")
+        trajectories = stage_dir / "eval_trajectories.jsonl"
+        if trajectories.is_file():
+            for raw in _read_jsonl(trajectories):
+                ep = _episode(raw, tasks, str(trajectories))
+                column.episodes[ep["instance_id"]] = ep
+        elif column.evaluation is not None:
+            column.notes.append(
+                "no eval_trajectories.jsonl: the episodes of this evaluation were not kept"
+            )
+        elif record_path.is_file():
+            column.notes.append("this stage was not evaluated")
+        column.groups = _groups(stage_dir / "groups.jsonl")
+        if column.kind == "grpo" and not column.groups:
+            column.notes.append("no GRPO groups logged (groups.jsonl is missing or empty)")
+        source.columns.append(column)
+    return source
+
+
+def _trajectories(path: Path, tasks: Mapping[str, Any]) -> Source:
+    column = Column("eval", "evaluation")
+    for raw in _read_jsonl(path):
+        ep = _episode(raw, tasks, str(path))
+        column.episodes[ep["instance_id"]] = ep
+    if not column.episodes:
+        column.notes.append(f"{path.name} holds no episodes")
+    column.evaluation = _summarize(column.episodes.values())
+    return Source(path.stem, str(path), "trajectories", [column])
+
+
+def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> Source:
+    column = Column("eval", "evaluation")
+    predictions = data.get("predictions") if isinstance(data.get("predictions"), dict) else {}
+    if "episodes" in data:
+        column.notes.append(
+            "a --json report keeps no messages: pass the --trajectories file to see the turns"
+        )
+        rows = data["episodes"]
+    else:
+        column.kind = "predictions"
+        rows = []
+        for report in data["reports"]:
+            row = dict(report)
+            row["stop_reason"] = "submitted"
+            row["submission"] = predictions.get(row.get("instance_id"))
+            row["tests"] = {
+                "passed": report.get("passed"),
+                "expected": max(int(report.get("total_test_cases") or 0), 1),
+                "run": report.get("tests_run"),
+                "failed_tests": report.get("failed_tests", []),
+                "errors": report.get("errors", []),
+                "infra_error": report.get("infra_error"),
+            }
+            row["success"] = report.get("status") == "success"
+            rows.append(row)
+        if not predictions:
+            column.notes.append("this report does not hold the predicted SQL (only their scores)")
+    for raw in rows:
+        ep = _episode(raw, tasks, str(path))
+        column.episodes[ep["instance_id"]] = ep
+    column.evaluation = _summarize(column.episodes.values())
+    return Source(path.stem, str(path), "report", [column])
+
+
+def _summarize(episodes: Any) -> dict[str, Any]:
+    """SR, per category, mean reward and stop reasons of a loose set of episodes."""
+    eps = list(episodes)
+    n = len(eps)
+    per_category: dict[str, list[int]] = {}
+    stops: dict[str, int] = {}
+    for ep in eps:
+        cell = per_category.setdefault(str(ep.get("category")), [0, 0])
+        cell[0] += 1
+        cell[1] += bool(ep.get("success"))
+        reason = str(ep.get("stop_reason", "?"))
+        stops[reason] = stops.get(reason, 0) + 1
+    calls = sum(int(ep.get("tool_calls") or 0) for ep in eps)
+    invalid = sum(int(ep.get("invalid_tool_calls") or 0) for ep in eps)
+    submitted = sum(ep.get("stop_reason") == "submitted" for ep in eps)
+    return {
+        "n": n,
+        "success_rate": sum(bool(ep.get("success")) for ep in eps) / n if n else None,
+        "per_category": {k: v[1] / v[0] for k, v in sorted(per_category.items())},
+        "mean_reward": sum(float(ep.get("reward") or 0) for ep in eps) / n if n else None,
+        "tool_call_validity": (calls - invalid) / calls if calls else None,
+        "submission_rate": submitted / n if n else None,
+        "stop_reasons": stops,
+    }
+
+
+def load_source(path: str | Path, tasks: Mapping[str, Any] | None = None) -> Source:
+    """Read `path` (a run directory, a trajectories JSONL or a ``--json`` report); `tasks`
+    (instance_id → task) fills in the issue and reference SQL of records without them."""
+    p = Path(path).expanduser()
+    known = tasks or {}
+    if not p.exists():
+        raise ViewError(f"{p}: no such file or directory")
+    if p.is_dir():
+        if not (p / "config.json").is_file() and not any(p.glob("stage*/record.json")):
+            raise ViewError(
+                f"{p}: not a curriculum run directory (no config.json, no stageN/record.json)"
+            )
+        return _run(p, known)
+    if p.suffix == ".jsonl":
+        return _trajectories(p, known)
+    if p.suffix == ".json":
+        data = _read_json(p)
+        if isinstance(data, dict) and ("reports" in data or "episodes" in data):
+            return _report(p, data, known)
+        if isinstance(data, dict) and all(
+            isinstance(v, dict) and ("reports" in v or "episodes" in v) for v in data.values()
+        ):
+            raise ViewError(
+                f"{p}: a multi-dialect report ({', '.join(data)}); run birdrl eval with one "
+                "--dialect to view it"
+            )
+        raise ViewError(f"{p}: not a birdrl eval --json report (no 'reports' or 'episodes')")
+    raise ViewError(
+        f"{p}: give a run directory, a trajectories .jsonl or an eval --json report (.json)"
+    )
