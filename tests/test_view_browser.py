@@ -130,7 +130,7 @@ def test_run_page_to_task_to_episode(tab: Tab) -> None:
     assert page.locator("table.tasks tbody tr").count() == 9
     tab.shot("tasks")
     page.select_option("select[aria-label=outcome]", "solved")
-    page = tab.click("table.tasks tbody tr:first-child td.cell >> nth=2")
+    page = tab.click("table.tasks tbody tr:first-child td.cell a >> nth=2")
     assert "#/episode/2/" in page.url
     tab.healthy()
     assert page.locator("mark.call").count() >= 2  # the tool calls in the model's text
@@ -139,7 +139,7 @@ def test_run_page_to_task_to_episode(tab: Tab) -> None:
 
 def test_episode_shows_unparsed_turns_observations_diffs_and_tests(tab: Tab) -> None:
     page = tab.open("/tasks?col=2&outcome=solved")
-    tab.click("table.tasks tbody tr:first-child td.cell >> nth=2")
+    tab.click("table.tasks tbody tr:first-child td.cell a >> nth=2")
     tab.healthy()
     assert "Not a usable tool call" in page.inner_text(".msg.assistant >> nth=0")
     assert page.locator(".obs table.result th").all_inner_texts() == ["one", "two"]
@@ -148,7 +148,7 @@ def test_episode_shows_unparsed_turns_observations_diffs_and_tests(tab: Tab) -> 
     page.click("summary:has-text('Prompt')")
     assert page.locator("details[open] .msg.system").count() == 1
     infra = tab.open("/tasks?col=2&outcome=infra+error")
-    tab.click("table.tasks tbody tr:first-child td.cell >> nth=2")
+    tab.click("table.tasks tbody tr:first-child td.cell a >> nth=2")
     assert "endpoint timed out" in infra.inner_text("main")
 
 

@@ -54,8 +54,8 @@ from birdrl.training.models import (
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
-from birdrl.view.build import build_view
 from birdrl.training.sft import run_sft_stage
+from birdrl.view.build import build_view
 
 __all__ = [
     "STAGE_NAMES",

@@ -105,7 +105,7 @@ def group_log_callback(
     path = out_dir / GROUPS_FILE
     generations = int(trainer.args.num_generations)
 
-    class _GroupLog(TrainerCallback):  # type: ignore[misc]
+    class _GroupLog(TrainerCallback):
         written = -1  # the summary log at the end repeats the last step
 
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 from collections.abc import Callable, Mapping, Sequence
@@ -9,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
-from birdrl.view.sources import Source, ViewError, load_source
 from birdrl.view.site import write_site
+from birdrl.view.sources import Source, ViewError, load_source
 
 __all__ = ["build_view", "default_out_dir", "make_server", "resolve_tasks", "serve_site"]
 
@@ -95,7 +96,5 @@ def serve_site(
     with make_server(directory, port) as server:
         if ready is not None:
             ready(f"http://127.0.0.1:{server.server_address[1]}/index.html")
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             server.serve_forever()
-        except KeyboardInterrupt:
-            pass

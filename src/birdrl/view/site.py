@@ -80,11 +80,10 @@ def _index(sources: Sequence[Source], chunk_size: int) -> tuple[dict[str, Any], 
                 if reason not in stops:
                     stops.append(reason)
                 stop[row] = stops.index(reason)
-                k = i // chunk_size
-                chunk[row] = k
-                pending.setdefault(str(k), {})[str(row)] = ep
-            for k, eps in pending.items():
-                chunks.append((key, f"ep/{key}-{k}", eps))
+                chunk[row] = i // chunk_size
+                pending.setdefault(str(chunk[row]), {})[str(row)] = ep
+            for number, eps in pending.items():
+                chunks.append((key, f"ep/{key}-{number}", eps))
             if column.groups:
                 chunks.append((key, f"groups/{key}", column.groups))
             cells.append(

@@ -235,7 +235,8 @@ def _trajectories(path: Path, tasks: Mapping[str, Any]) -> Source:
 
 def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> Source:
     column = Column("eval", "evaluation")
-    predictions = data.get("predictions") if isinstance(data.get("predictions"), dict) else {}
+    given = data.get("predictions")
+    predictions: dict[str, Any] = given if isinstance(given, dict) else {}
     if "episodes" in data:
         column.notes.append(
             "a --json report keeps no messages: pass the --trajectories file to see the turns"
@@ -247,7 +248,7 @@ def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> So
         for report in data["reports"]:
             row = dict(report)
             row["stop_reason"] = "submitted"
-            row["submission"] = predictions.get(row.get("instance_id"))
+            row["submission"] = predictions.get(str(row.get("instance_id")))
             row["tests"] = {
                 "passed": report.get("passed"),
                 "expected": max(int(report.get("total_test_cases") or 0), 1),
