@@ -35,15 +35,8 @@ from birdrl.agents.rollout import RolloutConfig
 from birdrl.agents.scripted import ScriptedAgent
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.view.build import build_view
+from birdrl.view.chromium import CHROMIUM_FLAGS, chromium_path, missing_browser
 
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 STAGES = [
     ("base model", "base"),
     ("reasoning SFT", "sft"),
@@ -142,7 +135,7 @@ def measure(site: Path, repeats: int) -> dict[str, list[float]]:
     url = site.resolve().as_uri() + "/index.html"
     out: dict[str, list[float]] = defaultdict(list)  # in the order measured
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+        browser = p.chromium.launch(executable_path=str(chromium_path()), args=list(CHROMIUM_FLAGS))
         for _ in range(repeats):
             for route, key in (("/run", "open run page"), ("/tasks", "open task table")):
                 context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -198,6 +191,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="keep the run and site here")
     args = parser.parse_args()
+    if (reason := missing_browser()) is not None:
+        raise SystemExit(f"cannot measure: {reason}")
     root = args.out or Path(tempfile.mkdtemp(prefix="birdrl-viewer-bench-"))
     run = make_run(root, args.tasks, args.stages)
     t0 = time.perf_counter()

@@ -6,7 +6,6 @@ browser fails instead of skipping."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,16 +16,8 @@ import pytest
 from viewer_runs import make_run
 
 from birdrl.view.build import build_view
+from birdrl.view.chromium import CHROMIUM_FLAGS, chromium_path, missing_browser
 
-CHROMIUM = Path(os.environ.get("BIRDRL_CHROMIUM", "/usr/bin/chromium"))
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = (
     Path(
         os.environ.get(
@@ -37,17 +28,9 @@ ARTIFACTS = (
 )
 
 
-def _missing() -> str | None:
-    if importlib.util.find_spec("playwright") is None:
-        return "playwright is not installed (pip install -e '.[test]')"
-    if not CHROMIUM.is_file():
-        return f"no Chromium at {CHROMIUM} (apt-get install chromium chromium-driver)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    reason = _missing()
+    reason = missing_browser()
     if reason is not None:
         if os.environ.get("BIRDRL_REQUIRE_BROWSER") == "1":
             pytest.fail(f"BIRDRL_REQUIRE_BROWSER=1 but {reason}")
@@ -55,7 +38,9 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        chromium = p.chromium.launch(
+            executable_path=str(chromium_path()), args=list(CHROMIUM_FLAGS)
+        )
         yield chromium
         chromium.close()
 

@@ -252,7 +252,7 @@
 
   const PREFERRED = [
     "loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "completions/mean_length",
-    "completions/clipped_ratio", "diag/tool_calls_per_episode", "diag/weight_change",
+    "completions/clipped_ratio", "episodes/valid_tool_calls_per_episode", "tools/call_frequency", "diag/weight_change",
     "mean_token_accuracy", "grad_norm", "entropy",
   ];
 
