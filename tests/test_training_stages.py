@@ -131,6 +131,17 @@ def test_grpo_groups_are_logged_with_rewards_and_advantages(smoke: dict[str, Any
             assert all(m["completion"] for m in members), stage
 
 
+def test_the_run_directory_gets_its_viewer(smoke: dict[str, Any]) -> None:
+    site = smoke["result"].run_dir / "view"
+    text = (site / "data" / "index.js").read_text(encoding="utf-8")
+    index = json.loads(text[text.index(",") + 1 : text.rindex(");")])
+    (source,) = index["sources"]
+    assert [c["stage"] for c in source["columns"]] == [0, 1, 2, 3, 4]
+    assert [c["groups"] > 0 for c in source["columns"]] == [False, False, False, True, True]
+    assert len(index["tasks"]["id"]) == smoke["result"].records[0].evaluation["n"]
+    assert (site / "index.html").is_file() and (site / "data" / "groups" / "c4.js").is_file()
+
+
 def test_each_stage_starts_from_the_previous_output(smoke: dict[str, Any]) -> None:
     records = smoke["result"].records
     for previous, record in zip(records[:-1], records[1:], strict=True):

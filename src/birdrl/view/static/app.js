@@ -397,6 +397,16 @@
     return false;
   }
 
+  // > 0 when row r went better from cell a to cell b: more reward, or the same reward and a
+  // better outcome (solved > partial > failed > no submission); 0 when either did not run
+  // or failed for infrastructure reasons
+  function progress(a, b, r) {
+    const skip = [INDEX.outcomes.indexOf("not run"), INDEX.outcomes.indexOf("infra error")];
+    if (skip.includes(a.outcome[r]) || skip.includes(b.outcome[r])) return 0;
+    if (b.reward[r] !== a.reward[r]) return b.reward[r] - a.reward[r];
+    return a.outcome[r] - b.outcome[r];
+  }
+
   function taskCell(c, r) {
     const cell = INDEX.cells[c];
     const code = cell.outcome[r];
@@ -404,10 +414,9 @@
     if (name === "not run") return h("td", { class: "o-none" }, "—");
     const p = sameSourcePrevious(c);
     let trend = "";
-    if (p !== null && INDEX.cells[p].outcome[r] !== INDEX.outcomes.indexOf("not run")) {
-      const before = INDEX.cells[p].reward[r], now = cell.reward[r];
-      if (now > before || (code === 0 && INDEX.cells[p].outcome[r] !== 0)) trend = "up";
-      else if (now < before || (INDEX.cells[p].outcome[r] === 0 && code !== 0)) trend = "down";
+    if (p !== null) {
+      const change = progress(INDEX.cells[p], cell, r);
+      trend = change > 0 ? "up" : change < 0 ? "down" : "";
     }
     return h("td", { class: "cell " + trend, title: `${name}, reward ${num(cell.reward[r])}, stop ${INDEX.stops[cell.stop[r]]}` },
       h("a", { href: `#/episode/${c}/${r}` }, outcomeBadge(name), " ", num(cell.reward[r], 2)));
@@ -491,7 +500,7 @@
         h("label", {}, controls.changed, " changed between stages"), count),
       h("p", { class: "legend-line" }, "Each cell: the outcome and reward of the task's episode in that column; ",
         h("span", { class: "cell up" }, "green"), " improved on the previous stage, ", h("span", { class: "cell down" }, "red"), " got worse. Click a cell for its episode."),
-      table, more);
+      h("div", { class: "scroll" }, table), more);
     apply();
     return page;
   }
