@@ -129,7 +129,28 @@ def test_episode_shows_unparsed_turns_observations_diffs_and_tests(tab: Tab) -> 
     assert "Not a usable tool call" in page.inner_text(".msg.assistant >> nth=0")
     assert page.locator(".obs table.result th").all_inner_texts() == ["one", "two"]
     assert page.locator("pre.diff ins, pre.diff del").count() > 0  # issue SQL → submitted
-    assert "passed" in page.inner_text("section:has(h3:text('Hidden tests'))")
+    verdicts = page.locator("table.cases tbody tr")
+    assert verdicts.count() >= 1 and set(verdicts.locator("td >> nth=1").all_inner_texts()) == {
+        "passed"
+    }
+    # the issue SQL's episodes: a failing test case with its error, or no test at all when
+    # the submission itself failed to execute (then its error), never a silent section
+    links = tab.open("/tasks?col=0&outcome=failed").locator("tbody td:nth-child(4) a")
+    seen = set()
+    for href in [links.nth(i).get_attribute("href") for i in range(links.count())]:
+        failed = tab.open(href.lstrip("#"))
+        tests = failed.locator("section:has(h3:text('Hidden tests'))")
+        if failed.locator("table.cases tr.fail").count():
+            case = failed.locator("table.cases tr.fail >> nth=0")
+            assert case.locator("pre.error-text").count() == 1, case.inner_text()
+            seen.add("failing case")
+        else:
+            assert "No test ran" in tests.inner_text()
+            assert tests.locator("pre.error-text").count() >= 1
+            seen.add("no test ran")
+    assert "failing case" in seen
+    page = tab.open("/tasks?col=2&outcome=solved")
+    tab.click("table.tasks tbody tr:first-child td.cell a >> nth=2")
     page.click("summary:has-text('Prompt')")
     assert page.locator("details[open] .msg.system").count() == 1
     infra = tab.open("/tasks?col=2&outcome=infra+error")

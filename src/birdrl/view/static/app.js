@@ -178,7 +178,7 @@
   function lineChart(title, series, options) {
     // series: [{name, points: [[x, y], ...]}]; hover shows the nearest point's values
     const opts = options || {};
-    const W = 420, H = 220, L = 52, R = 12, T = 24, B = 34;
+    const W = 420, H = 220, L = 52, R = 24, T = 24, B = 34;
     const all = series.flatMap((ser) => ser.points);
     const box = h("div", { class: "chart" });
     if (!all.length) {
@@ -246,7 +246,7 @@
       });
       legend.append(item);
     });
-    append(box, [h("h4", {}, title), svg, tip, series.length > 1 ? legend : null]);
+    append(box, [h("h4", {}, title), svg, tip, legend]);
     return box;
   }
 
@@ -660,8 +660,21 @@
       ep.timeout_error ? badge("timed out", "o-failed") : null,
       ep.issue_sql_passed ? badge("invalid task: its issue SQL passes", "warn") : null));
     if (t.infra_error) wrap.append(note("Infrastructure error: " + t.infra_error, "error"));
-    if (t.failed_tests && t.failed_tests.length) wrap.append(h("h4", {}, "failed"), h("ul", {}, t.failed_tests.map((x) => h("li", {}, x))));
-    if (t.errors && t.errors.length) append(wrap, [h("h4", {}, "errors"), t.errors.map((e) => pre(e, "error-text"))]);
+    // the runner names the cases test_1..test_N (N = tests run) and prefixes each error with its name
+    const failed = new Set(t.failed_tests || []);
+    const errors = [...(t.errors || [])];
+    const cases = [];
+    for (let i = 1; i <= (t.run || 0); i++) {
+      const name = "test_" + i;
+      const k = errors.findIndex((e) => e.startsWith(name + ": "));
+      const error = k >= 0 ? errors.splice(k, 1)[0].slice(name.length + 2) : "";
+      cases.push(h("tr", { class: failed.has(name) ? "fail" : "pass" }, h("td", {}, name),
+        h("td", {}, failed.has(name) ? badge("failed", "o-failed") : badge("passed", "o-solved")),
+        h("td", {}, error ? pre(error, "error-text") : "")));
+    }
+    if (cases.length) wrap.append(h("table", { class: "cases" }, h("thead", {}, h("tr", {}, h("th", {}, "test"), h("th", {}, "verdict"), h("th", {}, "error"))), h("tbody", {}, cases)));
+    else if (!t.infra_error) wrap.append(note("No test ran: the submission failed before its tests (see the error below)."));
+    if (errors.length) append(wrap, [h("h4", {}, "errors"), errors.map((e) => pre(e, "error-text"))]);
     return wrap;
   }
 
@@ -803,7 +816,7 @@
     page.append(h("div", { class: "controls" }, selA, " → ", selB));
     const A = INDEX.cells[a], B = INDEX.cells[b];
     const none = INDEX.outcomes.indexOf("not run"), solved = INDEX.outcomes.indexOf("solved");
-    const flips = { fixed: [], regressed: [], "reward up": [], "reward down": [], "outcome changed": [] };
+    const flips = { fixed: [], regressed: [], "reward up": [], "reward down": [], "better outcome": [], "worse outcome": [], "other change": [] };
     let both = 0;
     for (let r = 0; r < INDEX.tasks.id.length; r++) {
       if (A.outcome[r] === none || B.outcome[r] === none) continue;
@@ -813,11 +826,13 @@
       else if (A.outcome[r] === solved && B.outcome[r] !== solved) kind = "regressed";
       else if (B.reward[r] > A.reward[r]) kind = "reward up";
       else if (B.reward[r] < A.reward[r]) kind = "reward down";
-      else if (A.outcome[r] !== B.outcome[r]) kind = "outcome changed";
+      else if (progress(A, B, r) > 0) kind = "better outcome"; // e.g. now it submits
+      else if (progress(A, B, r) < 0) kind = "worse outcome";
+      else if (A.outcome[r] !== B.outcome[r]) kind = "other change"; // to or from an infra error
       if (kind) flips[kind].push(r);
     }
     const changed = Object.values(flips).reduce((x, l) => x + l.length, 0);
-    page.append(h("p", {}, `${both} tasks in both; ${changed} changed: `, Object.entries(flips).map(([k, l]) => badge(`${k} ${l.length}`, k === "fixed" || k === "reward up" ? "o-solved" : k === "regressed" || k === "reward down" ? "o-failed" : ""))));
+    page.append(h("p", {}, `${both} tasks in both; ${changed} changed: `, Object.entries(flips).map(([k, l]) => badge(`${k} ${l.length}`, ["fixed", "reward up", "better outcome"].includes(k) ? "o-solved" : ["regressed", "reward down", "worse outcome"].includes(k) ? "o-failed" : ""))));
     const row = parts[2] !== undefined ? +parts[2] : null;
     if (row !== null) {
       const [ea, eb] = await Promise.all([loadEpisode(a, row), loadEpisode(b, row)]);
