@@ -17,7 +17,7 @@ from birdrl.env.check import check_env
 from birdrl.env.parse import parse_turn
 from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
 from birdrl.env.tools import render_tool_call
-from birdrl.env.types import StopReason
+from birdrl.env.types import StopReason, ToolCall
 from birdrl.evaluation import EvalConfig, Evaluator
 from birdrl.tasks import parse_record
 
@@ -402,3 +402,36 @@ def test_trajectory_records_what_each_turn_was_read_as_and_the_test_verdicts(
         RolloutConfig(env=EnvConfig(max_tool_calls=2)),
     )
     assert unscored.tests is None and unscored.stop_reason == "max_turns"
+
+
+def test_structured_calls_run_like_the_same_calls_in_text(pool, evaluator) -> None:
+    by_text, by_call = SQLActEnv(pool, evaluator), SQLActEnv(pool, evaluator)
+    by_text.reset(QUERY)
+    by_call.reset(QUERY)
+    looked = by_call.call(ToolCall("execute_sql", {"sql": "SELECT count(*) FROM t"}))
+    assert (
+        looked.observation
+        == by_text.step(call("execute_sql", "SELECT count(*) FROM t")).observation
+    )
+    text = by_text.step(call("submit_solution", list(QUERY.sol_sql)))
+    structured = by_call.call([ToolCall("submit_solution", {"sql": list(QUERY.sol_sql)})])
+    assert (
+        (structured.reward, structured.stop_reason)
+        == (text.reward, text.stop_reason)
+        == (1.0, StopReason.SUBMITTED)
+    )
+    assert by_call.summary()["turn_log"][0]["calls"] == by_text.summary()["turn_log"][0]["calls"]
+    # an unknown tool or no call at all is the same observation for the model as in text
+    for calls, needle in (
+        ([ToolCall("drop_db", {})], "unknown tool 'drop_db'"),
+        ([], "No tool call found"),
+    ):
+        by_call.reset(QUERY)
+        result = by_call.call(calls)
+        assert needle in result.observation and not result.done
+        assert by_call.summary()["invalid_tool_calls"] == 1
+    by_call.close()
+    single = SQLActEnv(pool, evaluator, EnvConfig(mode="single"))
+    single.reset(QUERY)
+    with pytest.raises(EnvError, match="single-turn mode takes a text answer"):
+        single.call(ToolCall("execute_sql", {"sql": "SELECT 1"}))

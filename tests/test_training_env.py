@@ -181,3 +181,21 @@ def test_environment_over_a_pool_served_by_another_process(setup, tmp_path) -> N
             assert env.get_reward() == 1.0
         assert session.stats.verified_clean == 3
         session.close()
+
+
+def test_tool_calls_reach_the_environment_structured(setup) -> None:
+    """TRL's tool methods hand their arguments to `SQLActEnv.call`: no text round trip, so
+    SQL that would break the text protocol (a literal ``</tool_call>``) runs as written."""
+    tasks, _, _ = setup
+    session = _session(setup)
+    env = session.factory()
+    env.reset(**_row(next(iter(tasks.values()))))
+    observation = env.execute_sql("SELECT '</tool_call>' AS tag")
+    lines = observation.splitlines()
+    assert (lines[0], lines[2], lines[3]) == ("tag", "</tool_call>", "(1 row(s))"), observation
+    (turn,) = env._env.messages[-2:-1]  # the assistant turn, recorded with its structured call
+    assert turn["tool_calls"][0]["function"] == {
+        "name": "execute_sql",
+        "arguments": {"sql": "SELECT '</tool_call>' AS tag"},
+    }
+    session.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 from birdrl.env.types import ParsedTurn, ToolCall
 
-__all__ = ["MAX_PARSE_CHARS", "extract_answer", "parse_turn", "sql_argument"]
+__all__ = ["MAX_PARSE_CHARS", "check_calls", "extract_answer", "parse_turn", "sql_argument"]
 
 MAX_PARSE_CHARS = 65_536
 """Only this much of a turn is searched for calls (bounded work on garbage output)."""
@@ -133,16 +133,39 @@ def _candidates(text: str) -> Iterable[tuple[str | None, str]]:
         yield None, bare
 
 
+_HINT = (
+    'Call a tool like this: <tool_call>{"name": "execute_sql", "arguments": '
+    '{"sql": "SELECT ..."}}</tool_call>'
+)
+
+
+def check_calls(
+    calls: Iterable[ToolCall], tools: Iterable[str] = ("execute_sql", "submit_solution")
+) -> ParsedTurn:
+    """Structured calls (a trainer's tool-calling loop) judged as `parse_turn` judges the
+    calls it reads from text: those of known tools are kept; without any, the turn gets
+    the same error message."""
+    allowed = tuple(tools)
+    listing = ", ".join(allowed)
+    given = list(calls)
+    known = tuple(c for c in given if c.name in allowed)
+    if known:
+        return ParsedTurn(calls=known)
+    if given:
+        problems = [f"unknown tool {c.name!r} (available: {listing})" for c in given[:3]]
+        return ParsedTurn(
+            error="Your tool call was not usable: " + "; ".join(problems) + f". {_HINT}"
+        )
+    return ParsedTurn(error=f"No tool call found in your message. Use one of: {listing}. {_HINT}")
+
+
 def parse_turn(
     text: object, tools: Iterable[str] = ("execute_sql", "submit_solution")
 ) -> ParsedTurn:
     """The tool calls in one model turn, or an error message for the model."""
     allowed = tuple(tools)
     listing = ", ".join(allowed)
-    hint = (
-        'Call a tool like this: <tool_call>{"name": "execute_sql", "arguments": '
-        '{"sql": "SELECT ..."}}</tool_call>'
-    )
+    hint = _HINT
     if not isinstance(text, str) or not text.strip():
         return ParsedTurn(error=f"Your message was empty. {hint}")
     body = text[:MAX_PARSE_CHARS]

@@ -1,7 +1,8 @@
 """`SQLActEnv`: one episode of SQL debugging around one trajectory-scoped lease.
 
 ``reset(task)`` leases a replica for the trajectory and runs the task's ``preprocess_sql``
-on it; each ``step(model_text)`` reads the tool calls and runs ``execute_sql`` on that same
+on it; each ``step(model_text)`` reads the tool calls out of the model's text (``call(calls)``
+takes them structured, from a trainer's tool loop) and runs ``execute_sql`` on that same
 replica, so changes persist for the rest of the episode: it is the agent's private scratch
 state for testing hypotheses. ``submit_solution`` ends the episode: the exploration replica
 is released at once (the delayed release ends at submission) and the submission is scored
@@ -29,7 +30,7 @@ from birdrl.db.errors import PoolError
 from birdrl.db.pool import Lease, ReplicaPool
 from birdrl.db.remote import RemoteLease, RemotePool
 from birdrl.db.statements import split_statements
-from birdrl.env.parse import extract_answer, parse_turn, sql_argument
+from birdrl.env.parse import check_calls, extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS, format_result
 from birdrl.env.types import Message, ParsedTurn, StepResult, StopReason, ToolCall
@@ -181,17 +182,51 @@ class SQLActEnv:
     # -- stepping ---------------------------------------------------------------------------
 
     def step(self, model_text: str) -> StepResult:
-        """Apply one model turn; returns the observation and, at the end, the reward."""
+        """Apply one model turn (its text): `parse_turn` reads the tool calls out of it (in
+        single-turn mode, the answer block), then they run as in `call`. Returns the
+        observation and, at the end, the reward."""
+        ep = self._open_episode()
+        text = model_text if isinstance(model_text, str) else ""
+        message: Message = {"role": "assistant", "content": text}
+        if self.config.mode == "single":
+            return self._turn(ep, message, None, text)
+        return self._turn(ep, message, parse_turn(text, TOOL_NAMES))
+
+    def call(self, calls: ToolCall | Sequence[ToolCall]) -> StepResult:
+        """Apply one turn of structured tool calls, as a trainer's tool-calling loop makes
+        them (TRL, verl): no text round trip; the turn is recorded as an assistant message
+        with ``tool_calls``. Runs exactly as `step` runs the same calls read from text."""
+        ep = self._open_episode()
+        if self.config.mode == "single":
+            raise EnvError("single-turn mode takes a text answer: use step(text)")
+        batch = (calls,) if isinstance(calls, ToolCall) else tuple(calls)
+        message: Message = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in batch
+            ],
+        }
+        return self._turn(ep, message, check_calls(batch, TOOL_NAMES))
+
+    def _open_episode(self) -> _Episode:
         ep = self._episode()
         if ep.done:
             raise EnvError(f"episode {ep.traj_id!r} has ended; call reset() for a new one")
+        return ep
+
+    def _turn(
+        self, ep: _Episode, message: Message, parsed: ParsedTurn | None, answer: str = ""
+    ) -> StepResult:
+        """One turn: record the model's message, run its calls (or score the single-turn
+        answer), apply the episode's budgets, log the turn."""
         t0 = time.monotonic()
-        text = model_text if isinstance(model_text, str) else ""
         ep.turns += 1
-        ep.parsed = None
-        ep.messages.append({"role": "assistant", "content": text})
+        ep.parsed = parsed
+        ep.messages.append(message)
         try:
-            result = self._answer(ep, text) if self.config.mode == "single" else self._act(ep, text)
+            result = self._answer(ep, answer) if parsed is None else self._act(ep, parsed)
         except (PoolError, OSError) as exc:  # the environment failed, not the model
             result = self._end(ep, "", 0.0, StopReason.INFRA_ERROR, infra_error=str(exc))
         if not result.done:
@@ -209,8 +244,7 @@ class SQLActEnv:
             self.close()
         return result
 
-    def _act(self, ep: _Episode, text: str) -> StepResult:
-        parsed = ep.parsed = parse_turn(text, TOOL_NAMES)
+    def _act(self, ep: _Episode, parsed: ParsedTurn) -> StepResult:
         if parsed.error is not None:
             ep.tool_calls += 1
             ep.invalid_calls += 1

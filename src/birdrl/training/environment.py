@@ -28,8 +28,7 @@ from birdrl.db.pool import ReplicaPool
 from birdrl.db.remote import RemotePool
 from birdrl.db.statements import split_statements
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
-from birdrl.env.tools import render_tool_call
-from birdrl.env.types import StopReason
+from birdrl.env.types import StopReason, ToolCall
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
@@ -208,7 +207,7 @@ class SQLActToolEnv:
         if self._done:
             return EPISODE_OVER
         stats = self._session.stats
-        result = self._env.step(render_tool_call(name, {"sql": sql}))
+        result = self._env.call(ToolCall(name, {"sql": sql}))
         self._calls += 1
         with stats.lock:
             stats.tool_calls += 1

@@ -39,8 +39,8 @@ from birdrl.db.errors import PoolError
 from birdrl.db.pool import ReplicaPool
 from birdrl.db.statements import split_statements
 from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
-from birdrl.env.tools import EXECUTE_SQL, SUBMIT_SOLUTION, TOOL_NAMES, render_tool_call
-from birdrl.env.types import StopReason
+from birdrl.env.tools import EXECUTE_SQL, SUBMIT_SOLUTION, TOOL_NAMES
+from birdrl.env.types import StopReason, ToolCall
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task, TextToSQLTask
@@ -201,7 +201,7 @@ class TrajectoryStore:
             if tool == "submit_solution" and isinstance(sql, str):
                 statements = split_statements(sql)
                 args["sql"] = statements if len(statements) > 1 else sql
-            result = traj.env.step(render_tool_call(tool, args))
+            result = traj.env.call(ToolCall(tool, args))
             if not result.done:
                 return ToolOutcome(result.observation, 0.0, False)
             traj.done = True
