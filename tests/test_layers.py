@@ -1,0 +1,84 @@
+"""The layering of the package stays honest: a module may import its own layer and the
+layers below it, never one above (lazy imports inside functions included).
+
+    errors, cache  <  tasks  <  db  <  evaluation  <  env  <  agents  <  data  <  view
+                   <  training  <  cli
+
+`view` only reads run artifacts (it imports `tasks` for the task SQL of old records), so
+`training` may write a run's viewer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "birdrl"
+LAYERS = ["tasks", "db", "evaluation", "env", "agents", "data", "view", "training", "cli"]
+BASE = {"errors", "cache", ""}  # importable from anywhere; "" is the package itself
+TOP = {"__main__"}
+
+
+def _layer(module: str) -> str:
+    parts = module.removesuffix(".__init__").split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def upward_imports(root: Path) -> list[str]:
+    """``file:line: A imports B`` for every import of a higher layer under `root`."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(("birdrl", *path.relative_to(root).with_suffix("").parts))
+        source = _layer(module)
+        if source in BASE | TOP:
+            continue
+        if source not in LAYERS:
+            problems.append(f"{path}: package {source!r} has no place in LAYERS")
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target != "birdrl" and not target.startswith("birdrl."):
+                    continue
+                layer = _layer(target)
+                if layer in BASE or layer == source:
+                    continue
+                if layer not in LAYERS or LAYERS.index(layer) > LAYERS.index(source):
+                    problems.append(
+                        f"{path}:{node.lineno}: {source} imports {target} (a higher layer)"
+                    )
+    return problems
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    assert (ROOT / "training").is_dir() and (ROOT / "view").is_dir()
+    assert upward_imports(ROOT) == []
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert packages <= set(LAYERS), packages - set(LAYERS)
+
+
+@pytest.mark.parametrize(
+    ("where", "line", "caught"),
+    [
+        ("tasks/x.py", "from birdrl.training.config import CurriculumConfig", True),
+        ("db/x.py", "def f():\n    import birdrl.env.sqlact", True),  # lazy imports count
+        ("env/x.py", "from birdrl.db.pool import ReplicaPool", False),
+        ("view/x.py", "from birdrl.errors import BirdrlError", False),
+    ],
+)
+def test_the_check_catches_an_upward_import(
+    tmp_path: Path, where: str, line: str, caught: bool
+) -> None:
+    path = tmp_path / where
+    path.parent.mkdir(parents=True)
+    path.write_text(line + "\n")
+    assert bool(upward_imports(tmp_path)) == caught
