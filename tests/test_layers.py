@@ -1,5 +1,6 @@
 """The layering of the package stays honest: a module may import its own layer and the
-layers below it, never one above (lazy imports inside functions included).
+layers below it, never one above (lazy imports inside functions included), and no
+module imports another module's private names.
 
     errors, cache  <  tasks  <  db  <  evaluation  <  env  <  agents  <  data  <  view
                    <  training  <  cli
@@ -54,6 +55,28 @@ def upward_imports(root: Path) -> list[str]:
                         f"{path}:{node.lineno}: {source} imports {target} (a higher layer)"
                     )
     return problems
+
+
+def private_imports(root: Path) -> list[str]:
+    """``file:line`` for every import of another module's private (``_name``) names."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("birdrl"):
+                names = [
+                    a.name
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+                if names:
+                    found.append(f"{path}:{node.lineno}: {', '.join(names)} from {node.module}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None:
+    assert private_imports(ROOT) == []
+    (tmp_path / "x.py").write_text("from birdrl.db.service import _encode\n")
+    assert private_imports(tmp_path)  # the check can fail
 
 
 def test_no_module_imports_a_higher_layer() -> None:

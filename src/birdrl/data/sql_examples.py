@@ -70,7 +70,7 @@ def _sql_file(text: str, path: Path) -> Iterator[SQLExample]:
         start = text.find(statement, position)
         line = text.count("\n", 0, max(start, 0)) + 1
         position = max(start, position) + len(statement)
-        yield SQLExample(_strip_semicolon(statement), source=f"{path}, line {line}")
+        yield SQLExample(strip_semicolon(statement), source=f"{path}, line {line}")
 
 
 def _json_records(text: str, path: Path) -> Iterator[SQLExample]:
@@ -104,10 +104,10 @@ def _json_records(text: str, path: Path) -> Iterator[SQLExample]:
             if value is not None and not isinstance(value, str):
                 raise SynthesisError(f"{where}: field {name!r}: must be a string")
             fields[name] = value or None
-        yield SQLExample(_strip_semicolon(sql), source=where, **fields)
+        yield SQLExample(strip_semicolon(sql), source=where, **fields)
 
 
-def _strip_semicolon(sql: str) -> str:
+def strip_semicolon(sql: str) -> str:
     return sql.strip().rstrip(";").rstrip()
 
 

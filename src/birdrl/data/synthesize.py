@@ -36,7 +36,7 @@ from sqlglot.errors import SqlglotError
 
 from birdrl import __version__
 from birdrl.data.mutations import FAMILIES, Mutation, mutations_for, parse_sql, render_sql
-from birdrl.data.sql_examples import SQLExample, SynthesisError, _strip_semicolon, load_sql_examples
+from birdrl.data.sql_examples import SQLExample, SynthesisError, load_sql_examples, strip_semicolon
 from birdrl.db.statements import split_statements
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.helpers import (
@@ -551,7 +551,7 @@ def _prepare(
     if len(statements) != 1:
         rejected["not exactly one SQL statement"] += 1
         return None
-    sol = _strip_semicolon(statements[0])
+    sol = strip_semicolon(statements[0])
     words = remove_comments([sol])[0].lstrip("( \t\r\n").split(None, 1)
     if not words or words[0].upper() not in _STATEMENT_KEYWORDS:
         rejected["original is not a SELECT, UPDATE, DELETE or INSERT"] += 1

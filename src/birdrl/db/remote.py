@@ -16,15 +16,15 @@ from typing import Any
 
 from birdrl.db.sandbox import ErrorKind, ExecResult
 from birdrl.db.service import (
-    _KNOWN_ERRORS,
+    KNOWN_ERRORS,
     MAX_LINE_BYTES,
     BadRequestError,
     PoolServiceError,
     RemoteError,
     ServiceUnavailableError,
-    _encode,
-    _peer_uid,
+    encode_message,
     exec_result_from_dict,
+    peer_uid,
 )
 
 __all__ = ["PoolClient", "RemoteLease", "RemotePool", "RemoteTemplate"]
@@ -38,7 +38,7 @@ class _Conn:
             self.sock.settimeout(timeout)
             try:
                 self.sock.connect(str(path))
-                uid = _peer_uid(self.sock)
+                uid = peer_uid(self.sock)
                 break
             except BlockingIOError as exc:  # the server's backlog is full: a busy server
                 self.sock.close()
@@ -85,7 +85,7 @@ class PoolClient:
 
     def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; the reply's fields, or the server's error raised here."""
-        return self._send(_encode({"op": op, **fields}), op, self.timeout)
+        return self._send(encode_message({"op": op, **fields}), op, self.timeout)
 
     def _send(self, data: bytes, op: str, timeout: float | None) -> dict[str, Any]:
         if len(data) > MAX_LINE_BYTES + 1:
@@ -135,7 +135,7 @@ class PoolClient:
     def _error(self, reply: Mapping[str, Any]) -> Exception:
         kind = str(reply.get("kind") or "RemoteError")
         message = str(reply.get("error") or "unknown error")
-        known = _KNOWN_ERRORS.get(kind)
+        known = KNOWN_ERRORS.get(kind)
         exc = known(message) if known is not None else RemoteError(f"{kind}: {message}", kind)
         exc.add_note(f"raised by the pool service at {self.socket_path}")
         return exc
@@ -185,7 +185,7 @@ class PoolClient:
         request: dict[str, Any] = {"op": "acquire", "traj_id": traj_id, "db_id": db_id}
         request |= {"worker_id": worker_id, "timeout": timeout, "reuse": reuse}
         wait = None if timeout is None or self.timeout is None else self.timeout + timeout
-        return self._lease(self._send(_encode(request), "acquire", wait))
+        return self._lease(self._send(encode_message(request), "acquire", wait))
 
     def get(self, traj_id: str) -> RemoteLease:
         """The open lease of `traj_id` (`UnknownTrajectoryError` if none)."""
@@ -193,7 +193,7 @@ class PoolClient:
 
     def execute(self, traj_id: str, sql: str) -> ExecResult:
         """Run untrusted SQL on the trajectory's replica; SQL errors are in the result."""
-        data = _encode({"op": "execute", "traj_id": traj_id, "sql": sql})
+        data = encode_message({"op": "execute", "traj_id": traj_id, "sql": sql})
         if len(data) > MAX_LINE_BYTES + 1:  # the model's mistake: an observation, as in-process
             return ExecResult(
                 error=f"SQL is too long for the pool service ({len(data)} bytes encoded; "

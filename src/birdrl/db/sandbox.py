@@ -117,12 +117,14 @@ class Sandbox:
         if isinstance(statements, ExecResult):
             return statements
         if self._guard.closing:  # do not queue behind a statement being abandoned
-            return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
+            return failed_result(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
         with self._lock:
             with self._state:
                 conn = self._conn
                 if conn is None:
-                    return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
+                    return failed_result(
+                        ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0
+                    )
                 self._busy = True
             try:
                 return self._run(conn, statements, t0)
@@ -290,24 +292,24 @@ def checked_statements(
     it is refused before anything runs (not a string, too long, too many statements, NUL
     characters, nothing to run). `split` is the engine's statement splitter."""
     if not isinstance(sql, str):
-        return _fail(ErrorKind.LIMIT, f"SQL must be a string, got {type(sql).__name__}", t0)
+        return failed_result(ErrorKind.LIMIT, f"SQL must be a string, got {type(sql).__name__}", t0)
     if len(sql) > limits.max_sql_length:
-        return _fail(
+        return failed_result(
             ErrorKind.LIMIT,
             f"SQL is {len(sql)} characters long; the limit is {limits.max_sql_length}",
             t0,
         )
     if sql.count(";") > 4 * limits.max_statements:
-        return _fail(ErrorKind.LIMIT, "SQL holds too many statements", t0)
+        return failed_result(ErrorKind.LIMIT, "SQL holds too many statements", t0)
     statements = split(sql)
     if len(statements) > limits.max_statements:
-        return _fail(
+        return failed_result(
             ErrorKind.LIMIT,
             f"SQL holds {len(statements)} statements; the limit is {limits.max_statements}",
             t0,
         )
     if not statements:
-        return _fail(ErrorKind.SQL, "no SQL statement to execute", t0)
+        return failed_result(ErrorKind.SQL, "no SQL statement to execute", t0)
     return statements
 
 
@@ -317,11 +319,11 @@ def _interrupt(conn: sqlite3.Connection) -> None:
         conn.interrupt()
 
 
-def _fail(kind: ErrorKind, message: str, t0: float) -> ExecResult:
+def failed_result(kind: ErrorKind, message: str, t0: float) -> ExecResult:
     return ExecResult(error=message, error_kind=kind, elapsed_s=time.perf_counter() - t0)
 
 
-def _value_size(value: Any) -> int:
+def value_size(value: Any) -> int:
     if isinstance(value, (str, bytes)):
         return len(value) + 8
     return 8
@@ -342,7 +344,7 @@ def _fetch(cur: sqlite3.Cursor, limits: SandboxLimits) -> dict[str, Any]:
     for row in cur:
         count += 1
         if keeping:
-            size = sum(_value_size(v) for v in row)
+            size = sum(value_size(v) for v in row)
             if len(rows) >= limits.max_rows or kept_bytes + size > limits.max_bytes:
                 keeping = False
             else:

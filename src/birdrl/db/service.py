@@ -127,7 +127,7 @@ class RemoteError(PoolServiceError):
 
 
 # Server-side classes the client re-raises as themselves; anything else is a RemoteError.
-_KNOWN_ERRORS: dict[str, type[Exception]] = {
+KNOWN_ERRORS: dict[str, type[Exception]] = {
     cls.__name__: cls
     for cls in (
         *(c for c in vars(db_errors).values() if isinstance(c, type) and issubclass(c, PoolError)),
@@ -185,7 +185,7 @@ def exec_result_from_dict(data: Mapping[str, Any]) -> ExecResult:
     )
 
 
-def _encode(message: Mapping[str, Any]) -> bytes:
+def encode_message(message: Mapping[str, Any]) -> bytes:
     # default=str: a reply must never fail to serialize (e.g. an odd value in ExecResult.extra)
     return (json.dumps(message, default=str) + "\n").encode()
 
@@ -298,7 +298,7 @@ class _Handler(socketserver.StreamRequestHandler):
                     )
                 else:
                     reply = service.handle_line(line)
-                self.wfile.write(_encode(reply))
+                self.wfile.write(encode_message(reply))
         except OSError:  # reset by the client, or shut down by close()
             return
 
@@ -408,7 +408,7 @@ class PoolServer:
     def _admit(self, conn: socket.socket) -> bool:
         """Whether to serve a freshly accepted connection; one over the cap gets a refusal."""
         try:
-            uid = _peer_uid(conn)
+            uid = peer_uid(conn)
         except OSError:  # the client is gone already
             return False
         if uid not in (None, os.getuid()):
@@ -432,7 +432,7 @@ class PoolServer:
             log.warning("%s (logged once until a connection is admitted again)", message)
         with contextlib.suppress(OSError):  # a client that left misses its refusal, no more
             conn.setblocking(False)
-            conn.send(_encode(_failure(ConnectionLimitError(message))))
+            conn.send(encode_message(_failure(ConnectionLimitError(message))))
             # read what the client may have sent already: closing with unread data would
             # reset the connection, and the client might not read the refusal
             conn.recv(1 << 16)
@@ -580,7 +580,7 @@ def _clear_stale(path: Path) -> None:
     raise PoolServiceError(f"another pool server is listening on {path}")
 
 
-def _peer_uid(sock: socket.socket) -> int | None:
+def peer_uid(sock: socket.socket) -> int | None:
     """The uid at the other end of a Unix socket (Linux SO_PEERCRED); None where unsupported."""
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:

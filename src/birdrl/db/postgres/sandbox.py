@@ -37,11 +37,11 @@ from birdrl.db.sandbox import (
     ErrorKind,
     ExecResult,
     SandboxLimits,
-    _fail,
-    _value_size,
     checked_statements,
+    failed_result,
     failed_statement,
     finished,
+    value_size,
 )
 from birdrl.db.statements import split_postgres_statements
 
@@ -173,14 +173,14 @@ class PGSandbox:
         """Run `sql` (one or more statements, in order); never raises for bad SQL."""
         t0 = time.perf_counter()
         if isinstance(sql, str) and "\x00" in sql:
-            return _fail(ErrorKind.SQL, "SQL must not contain NUL characters", t0)
+            return failed_result(ErrorKind.SQL, "SQL must not contain NUL characters", t0)
         statements = checked_statements(sql, self.limits, split_postgres_statements, t0)
         if isinstance(statements, ExecResult):
             return statements
         with self._lock:
             conn = self._conn
             if conn is None:
-                return _fail(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
+                return failed_result(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
             last: dict[str, Any] = {}
             rowcount = -1
             for index, stmt in enumerate(statements):
@@ -331,7 +331,7 @@ def _keep(
     rows: list[tuple[Any, ...]], row: tuple[Any, ...], kept: int, limits: SandboxLimits
 ) -> int:
     """Append `row` if it fits; returns the new kept byte count (-1: stop keeping)."""
-    size = sum(_value_size(v) for v in row)
+    size = sum(value_size(v) for v in row)
     if len(rows) >= limits.max_rows or kept + size > limits.max_bytes:
         return -1
     rows.append(row)

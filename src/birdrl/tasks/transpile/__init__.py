@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.transpile.common import DIALECT, TranspileError, pg_identifier, pg_type
 from birdrl.tasks.transpile.statements import (
-    _check_dialects,
+    check_dialects,
     transpile_condition,
     transpile_expression,
     transpile_sql,
@@ -100,7 +100,7 @@ def transpile_task(task: Task, *, source: str = "sqlite", target: str = "postgre
     replaced, ``extra["dialect"] = "postgresql"``. An issue SQL sqlglot cannot parse (a
     syntax error is often the bug) is kept verbatim and its index listed in
     ``extra["verbatim_issue_sql"]``. Raises TranspileError naming the instance and field."""
-    _check_dialects(source, target)
+    check_dialects(source, target)
     iid = task.instance_id
     issue, verbatim = _field(iid, "issue_sql", task.issue_sql, keep_unparseable=True)
     tests = []
@@ -129,7 +129,7 @@ def transpile_text2sql(
 ) -> TextToSQLTask:
     """`task` with its gold SQL transpiled (one statement) and ``extra["dialect"]`` set; the
     question says PostgreSQL where it said SQLite, the evidence is kept."""
-    _check_dialects(source, target)
+    check_dialects(source, target)
     try:
         statements = transpile_statements(task.sql)
         if len(statements) != 1:

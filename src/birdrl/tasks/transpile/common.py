@@ -137,7 +137,7 @@ _RESERVED = frozenset(
 _PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_$]*$")
 
 
-def _normalise(identifier: exp.Identifier) -> None:
+def normalise_identifier(identifier: exp.Identifier) -> None:
     name = identifier.name.lower()
     identifier.set("this", name)
     identifier.set("quoted", not _PLAIN_NAME.match(name) or name in _RESERVED)
@@ -146,7 +146,7 @@ def _normalise(identifier: exp.Identifier) -> None:
 def pg_identifier(name: str) -> str:
     """`name` as transpiled SQL spells it on PostgreSQL: lower case, quoted only if needed."""
     ident = exp.to_identifier(name)
-    _normalise(ident)
+    normalise_identifier(ident)
     return ident.sql(dialect="postgres")
 
 
@@ -174,27 +174,27 @@ def pg_type(declared: str) -> str:
     return "DOUBLE PRECISION"
 
 
-_DOUBLE = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
-_CONDITIONS = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Null)
-_NUMERIC_CONTEXT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Sum, exp.Avg)
-_TEXTUAL = (exp.Upper, exp.Lower, exp.Trim, exp.Substring, exp.Replace, exp.DPipe, exp.Concat)
-_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+DOUBLE_PRECISION = exp.DataType.build("DOUBLE PRECISION", dialect="postgres")
+CONDITIONS = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean, exp.Null)
+NUMERIC_CONTEXT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Neg, exp.Sum, exp.Avg)
+TEXTUAL = (exp.Upper, exp.Lower, exp.Trim, exp.Substring, exp.Replace, exp.DPipe, exp.Concat)
+COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def _cast(node: exp.Expr, to: str | exp.DataType) -> exp.Cast:
+def cast_to(node: exp.Expr, to: str | exp.DataType) -> exp.Cast:
     dtype = to if isinstance(to, exp.DataType) else exp.DataType.build(to, dialect="postgres")
     return exp.Cast(this=node, to=dtype.copy())
 
 
-def _func(name: str, *args: exp.Expr) -> exp.Anonymous:
+def func_call(name: str, *args: exp.Expr) -> exp.Anonymous:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
-def _literal_text(node: exp.Expr | None, what: str) -> str:
+def literal_text(node: exp.Expr | None, what: str) -> str:
     if isinstance(node, exp.Literal) and node.is_string:
         return str(node.this)
     raise TranspileError(f"{what} must be a string literal to be translated")
 
 
-def _now() -> exp.Expr:
+def now_expr() -> exp.Expr:
     return exp.AtTimeZone(this=exp.CurrentTimestamp(), zone=exp.Literal.string("UTC"))

@@ -7,7 +7,14 @@ from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
-from birdrl.tasks.transpile.common import _DOUBLE, TranspileError, _cast, _func, _literal_text, _now
+from birdrl.tasks.transpile.common import (
+    DOUBLE_PRECISION,
+    TranspileError,
+    cast_to,
+    func_call,
+    literal_text,
+    now_expr,
+)
 
 # ------------------------------------------------------------------- functions by name
 
@@ -18,10 +25,10 @@ _START_OF = re.compile(r"^\s*start\s+of\s+(day|month|year)\s*$", re.I)
 _DATE_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?$")
 _STRFTIME = {"Y": "YYYY", "m": "MM", "d": "DD", "H": "HH24", "M": "MI", "S": "SS", "j": "DDD"}
 _STRFTIME_EXPR: dict[str, Callable[[exp.Expr], exp.Expr]] = {
-    "f": lambda ts: _func("TO_CHAR", ts, exp.Literal.string("SS.MS")),
-    "s": lambda ts: _cast(_cast(_func("FLOOR", _epoch(ts)), "BIGINT"), "TEXT"),
-    "w": lambda ts: _cast(
-        _cast(exp.Extract(this=exp.Var(this="DOW"), expression=ts), "INT"), "TEXT"
+    "f": lambda ts: func_call("TO_CHAR", ts, exp.Literal.string("SS.MS")),
+    "s": lambda ts: cast_to(cast_to(func_call("FLOOR", _epoch(ts)), "BIGINT"), "TEXT"),
+    "w": lambda ts: cast_to(
+        cast_to(exp.Extract(this=exp.Var(this="DOW"), expression=ts), "INT"), "TEXT"
     ),
 }
 _DATE_FORMATS = {"date": "YYYY-MM-DD", "time": "HH24:MI:SS", "datetime": "YYYY-MM-DD HH24:MI:SS"}
@@ -31,7 +38,7 @@ def _epoch(ts: exp.Expr) -> exp.Expr:
     return exp.Extract(this=exp.Var(this="EPOCH"), expression=ts)
 
 
-def _anonymous(node: exp.Anonymous) -> exp.Expr | None:
+def convert_anonymous(node: exp.Anonymous) -> exp.Expr | None:
     name = node.name.lower()
     args = list(node.expressions)
     if name in ("date", "time", "datetime", "julianday", "unixepoch"):
@@ -42,25 +49,27 @@ def _anonymous(node: exp.Anonymous) -> exp.Expr | None:
                 expression=exp.Literal.number(210866760000000),
             )
             return exp.Div(
-                this=_cast(ms, _DOUBLE), expression=exp.Literal.number("86400000.0"), safe=False
+                this=cast_to(ms, DOUBLE_PRECISION),
+                expression=exp.Literal.number("86400000.0"),
+                safe=False,
             )
         if name == "unixepoch":
-            return _cast(_func("FLOOR", _epoch(ts)), "BIGINT")
-        return _func("TO_CHAR", ts, exp.Literal.string(_DATE_FORMATS[name]))
+            return cast_to(func_call("FLOOR", _epoch(ts)), "BIGINT")
+        return func_call("TO_CHAR", ts, exp.Literal.string(_DATE_FORMATS[name]))
     if name == "strftime":
         if len(args) < 2:
             raise TranspileError("strftime() needs a format and a time value")
-        fmt = _literal_text(args[0], "the strftime format")
+        fmt = literal_text(args[0], "the strftime format")
         return _strftime(fmt, _timestamp(args[1], args[2:]))
     if name in ("printf", "format"):
         if not args:
             raise TranspileError(f"{name}() needs a format")
-        return _printf(_literal_text(args[0], f"the {name} format"), args[1:])
+        return _printf(literal_text(args[0], f"the {name} format"), args[1:])
     if name == "total":
         if len(args) != 1 or isinstance(node.parent, exp.Window):
             raise TranspileError("total() is only translated as a plain aggregate")
         total = exp.Coalesce(this=exp.Sum(this=args[0]), expressions=[exp.Literal.number(0)])
-        return _cast(total, _DOUBLE)
+        return cast_to(total, DOUBLE_PRECISION)
     return None
 
 
@@ -69,18 +78,18 @@ def _timestamp(value: exp.Expr, modifiers: Sequence[exp.Expr]) -> exp.Expr:
     if isinstance(value, exp.Literal) and value.is_string:
         text = str(value.this).strip()
         if text.lower() == "now":
-            ts: exp.Expr = _now()
+            ts: exp.Expr = now_expr()
         elif _DATE_TEXT.match(text):
-            ts = _cast(value, "TIMESTAMP")
+            ts = cast_to(value, "TIMESTAMP")
         else:
             raise TranspileError(f"time value {text!r} is not a date both engines read alike")
     elif isinstance(value, (exp.Literal, exp.Neg)):
         raise TranspileError("numeric time values (Julian days, unix times) are not translated")
     else:
-        ts = _cast(value, "TIMESTAMP")
+        ts = cast_to(value, "TIMESTAMP")
     for modifier in modifiers:
         if not isinstance(modifier, exp.Literal):
-            ts = exp.Add(this=ts, expression=_cast(exp.Paren(this=modifier), "INTERVAL"))
+            ts = exp.Add(this=ts, expression=cast_to(exp.Paren(this=modifier), "INTERVAL"))
             continue
         text = str(modifier.this)
         step = _MODIFIER.match(text) if modifier.is_string else None
@@ -96,7 +105,7 @@ def _timestamp(value: exp.Expr, modifiers: Sequence[exp.Expr]) -> exp.Expr:
             count = int(months.group(1)) * (12 if months.group(2).lower() == "year" else 1)
             ts = _add_months(ts, count)
         elif start:
-            ts = _func("DATE_TRUNC", exp.Literal.string(start.group(1).lower()), ts)
+            ts = func_call("DATE_TRUNC", exp.Literal.string(start.group(1).lower()), ts)
         else:
             raise TranspileError(
                 f"date modifier {text!r} is not translated (fractional months and years, "
@@ -109,7 +118,7 @@ def _add_months(ts: exp.Expr, count: int) -> exp.Expr:
     """SQLite moves the month and lets the day overflow (Jan 31 + 1 month = Mar 2 or 3);
     PostgreSQL clips it (Feb 29). Moving the first of the month and adding the day offset
     back overflows as SQLite does."""
-    first = _func("DATE_TRUNC", exp.Literal.string("month"), ts.copy())
+    first = func_call("DATE_TRUNC", exp.Literal.string("month"), ts.copy())
     moved = exp.Add(
         this=first,
         expression=exp.Interval(this=exp.Literal.string(str(count)), unit=exp.Var(this="MONTH")),
@@ -132,7 +141,7 @@ def _strftime(fmt: str, ts: exp.Expr) -> exp.Expr:
     def flush_pattern() -> None:
         flush_literal()
         if pattern:
-            pieces.append(_func("TO_CHAR", ts.copy(), exp.Literal.string("".join(pattern))))
+            pieces.append(func_call("TO_CHAR", ts.copy(), exp.Literal.string("".join(pattern))))
             pattern.clear()
 
     i = 0
@@ -190,24 +199,26 @@ def _printf(fmt: str, args: Sequence[exp.Expr]) -> exp.Expr:
         used += 1
         text: exp.Expr
         if conv == "s":
-            text = exp.Coalesce(this=_cast(arg, "TEXT"), expressions=[exp.Literal.string("")])
+            text = exp.Coalesce(this=cast_to(arg, "TEXT"), expressions=[exp.Literal.string("")])
         else:
             number = exp.Coalesce(this=arg, expressions=[exp.Literal.number(0)])
             if conv == "f":
                 decimals = int(precision) if precision is not None else 6
                 pattern = "FM" + "9" * 27 + "0" + ("." + "0" * decimals if decimals else "")
                 # TO_CHAR, not ROUND: the official default test strips ROUND() calls
-                text = _func("TO_CHAR", _cast(number, "NUMERIC"), exp.Literal.string(pattern))
+                text = func_call("TO_CHAR", cast_to(number, "NUMERIC"), exp.Literal.string(pattern))
             elif "," in flags:
                 grouped = exp.Literal.string("FM9,999,999,999,999,999,999")
-                text = _func("TO_CHAR", _cast(_func("TRUNC", number), "BIGINT"), grouped)
+                text = func_call("TO_CHAR", cast_to(func_call("TRUNC", number), "BIGINT"), grouped)
             else:
-                text = _cast(_cast(_func("TRUNC", number), "BIGINT"), "TEXT")
+                text = cast_to(cast_to(func_call("TRUNC", number), "BIGINT"), "TEXT")
         if width and "0" in flags and "-" not in flags and conv != "s":
-            size = _func("GREATEST", exp.Literal.number(int(width)), exp.Length(this=text.copy()))
-            text = _func("LPAD", text, size, exp.Literal.string("0"))
+            size = func_call(
+                "GREATEST", exp.Literal.number(int(width)), exp.Length(this=text.copy())
+            )
+            text = func_call("LPAD", text, size, exp.Literal.string("0"))
         elif width:
-            text = _func(
+            text = func_call(
                 "FORMAT", exp.Literal.string(f"%{'-' if '-' in flags else ''}{width}s"), text
             )
         pieces.append(text)

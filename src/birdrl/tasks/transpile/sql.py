@@ -13,20 +13,20 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ErrorLevel, SqlglotError
 
 from birdrl.tasks.transpile.common import (
-    _COMPARISONS,
-    _CONDITIONS,
-    _DOUBLE,
-    _NUMERIC_CONTEXT,
-    _TEXTUAL,
+    COMPARISONS,
+    CONDITIONS,
+    DOUBLE_PRECISION,
+    NUMERIC_CONTEXT,
+    TEXTUAL,
     TranspileError,
-    _cast,
-    _func,
-    _literal_text,
-    _normalise,
-    _now,
+    cast_to,
+    func_call,
+    literal_text,
+    normalise_identifier,
+    now_expr,
     pg_type,
 )
-from birdrl.tasks.transpile.functions import _anonymous
+from birdrl.tasks.transpile.functions import convert_anonymous
 
 # ----------------------------------------------------------------------- parse, render
 
@@ -58,7 +58,7 @@ def _quiet_sqlglot() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _parse(sql: str) -> list[exp.Expr]:
+def parse_sqlite(sql: str) -> list[exp.Expr]:
     dialect = SQLite()
     try:
         with _quiet_sqlglot():
@@ -68,14 +68,14 @@ def _parse(sql: str) -> list[exp.Expr]:
     return [t for t in trees if t is not None]
 
 
-def _render(tree: exp.Expr) -> str:
+def render_postgres(tree: exp.Expr) -> str:
     try:
         return tree.sql(dialect="postgres", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as exc:
         raise TranspileError(f"sqlglot cannot render it for PostgreSQL: {exc}") from exc
 
 
-def _convert(tree: exp.Expr) -> exp.Expr:
+def convert_tree(tree: exp.Expr) -> exp.Expr:
     _refuse_sqlite_only(tree)
     tree = _rewrite(tree)
     _refuse_leftovers(tree)
@@ -182,7 +182,7 @@ def _refuse_leftovers(tree: exp.Expr) -> None:
 def _rewrite(tree: exp.Expr) -> exp.Expr:
     """Every meaning-preserving rewrite, children before their parents."""
     for ident in tree.find_all(exp.Identifier):
-        _normalise(ident)
+        normalise_identifier(ident)
     for node in reversed(list(tree.walk(bfs=False))):
         parent, key, index = node.parent, node.arg_key, node.index
         new = _rewrite_node(node)  # may wrap `node`, which then has a new parent
@@ -213,7 +213,7 @@ def _as_condition(node: exp.Expr | None) -> None:
     inner = node
     while isinstance(inner, (exp.Paren, exp.Coalesce)):  # COALESCE(a = b, ...) from `IS`
         inner = inner.this
-    if isinstance(inner, _CONDITIONS) or (isinstance(inner, exp.Literal) and inner.is_string):
+    if isinstance(inner, CONDITIONS) or (isinstance(inner, exp.Literal) and inner.is_string):
         return
     node.replace(exp.NEQ(this=node.copy(), expression=exp.Literal.number(0)))
 
@@ -242,9 +242,9 @@ def _rewrite_node(node: exp.Expr) -> exp.Expr | None:
         parent = node.parent
         while isinstance(parent, exp.Paren):
             parent = parent.parent
-        numeric = isinstance(parent, _NUMERIC_CONTEXT)
+        numeric = isinstance(parent, NUMERIC_CONTEXT)
     new = _rewrite_one(node)
-    return _cast(new or node, "INTEGER") if numeric else new  # SQLite's true is 1
+    return cast_to(new or node, "INTEGER") if numeric else new  # SQLite's true is 1
 
 
 def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
@@ -253,7 +253,7 @@ def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
         if isinstance(node, exp.Like):  # SQLite's LIKE ignores ASCII case
             new = exp.ILike(this=node.this, expression=node.expression)
         else:
-            pattern = _glob_regex(_literal_text(node.expression, "a GLOB pattern"))
+            pattern = _glob_regex(literal_text(node.expression, "a GLOB pattern"))
             new = exp.RegexpLike(this=node.this, expression=exp.Literal.string(pattern))
         return exp.Not(this=new) if node.args.get("negate") else new
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
@@ -261,14 +261,14 @@ def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
     if isinstance(node, exp.Collate):
         return _collate(node)
     if isinstance(node, exp.Round):
-        args = [_cast(node.this, "NUMERIC")]  # rounds half away from zero, as SQLite
+        args = [cast_to(node.this, "NUMERIC")]  # rounds half away from zero, as SQLite
         if node.args.get("decimals") is not None:
             args.append(node.args["decimals"])
-        return _cast(_func("ROUND", *args), _DOUBLE)
+        return cast_to(func_call("ROUND", *args), DOUBLE_PRECISION)
     if isinstance(node, exp.Avg):  # SQLite's avg is a float; PostgreSQL's of ints is numeric
-        return None if isinstance(node.parent, exp.Window) else _cast(node, _DOUBLE)
+        return None if isinstance(node.parent, exp.Window) else cast_to(node, DOUBLE_PRECISION)
     if isinstance(node, exp.Window) and isinstance(node.this, exp.Avg):
-        return _cast(node, _DOUBLE)
+        return cast_to(node, DOUBLE_PRECISION)
     if isinstance(node, (exp.Least, exp.Greatest)):
         return _scalar_min_max(node)
     if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
@@ -277,7 +277,7 @@ def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
         isinstance(node, exp.Anonymous) and node.name.upper() in ("JSON_ARRAY", "JSON")
     ):
         new = _rewrite_json(node)
-        return new if _inside_json(node) else _cast(new, "TEXT")
+        return new if _inside_json(node) else cast_to(new, "TEXT")
     if isinstance(node, exp.GroupConcat):
         return _group_concat(node)
     if isinstance(node, exp.Cast):
@@ -288,13 +288,13 @@ def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
             node.set("safe", False)  # no NULLIF(2, 0) around a constant divisor
         return None
     if isinstance(node, exp.CurrentDate):
-        return _func("TO_CHAR", _now(), exp.Literal.string("YYYY-MM-DD"))
+        return func_call("TO_CHAR", now_expr(), exp.Literal.string("YYYY-MM-DD"))
     if isinstance(node, exp.CurrentTimestamp):
-        return _func("TO_CHAR", _now(), exp.Literal.string("YYYY-MM-DD HH24:MI:SS"))
+        return func_call("TO_CHAR", now_expr(), exp.Literal.string("YYYY-MM-DD HH24:MI:SS"))
     if isinstance(node, exp.CurrentTime):
-        return _func("TO_CHAR", _now(), exp.Literal.string("HH24:MI:SS"))
+        return func_call("TO_CHAR", now_expr(), exp.Literal.string("HH24:MI:SS"))
     if isinstance(node, exp.Anonymous):
-        return _anonymous(node)
+        return convert_anonymous(node)
     if isinstance(node, exp.Insert) and node.args.get("alternative"):
         if node.args["alternative"] == "IGNORE":
             node.set("conflict", exp.OnConflict(action=exp.Var(this="DO NOTHING")))
@@ -319,7 +319,7 @@ def _numeric_operands(node: exp.Binary) -> None:
         if _is_to_char(inner):
             fmt = inner.expressions[1].name if len(inner.expressions) > 1 else ""
             digits = re.fullmatch(r"(?:YYYY|MM|DD|HH24|MI|SS|DDD)+", fmt) is not None
-            operand.replace(_cast(operand.copy(), "BIGINT" if digits else "NUMERIC"))
+            operand.replace(cast_to(operand.copy(), "BIGINT" if digits else "NUMERIC"))
 
 
 def _sources(select: exp.Select) -> list[exp.Expr]:
@@ -440,13 +440,13 @@ def _rewrite_json(node: exp.Expr) -> exp.Expr:
         pairs: list[exp.Expr] = []
         for kv in node.expressions:
             pairs.extend((kv.this, kv.expression))
-        return _func("JSON_BUILD_OBJECT", *pairs)  # JSON_OBJECT(k: v) needs PostgreSQL 16
+        return func_call("JSON_BUILD_OBJECT", *pairs)  # JSON_OBJECT(k: v) needs PostgreSQL 16
     if isinstance(node, exp.Anonymous) and node.name.upper() == "JSON_ARRAY":
-        return _func("JSON_BUILD_ARRAY", *node.expressions)
+        return func_call("JSON_BUILD_ARRAY", *node.expressions)
     if isinstance(node, exp.Anonymous):  # json(x): x parsed as JSON
         if len(node.expressions) != 1:
             raise TranspileError("json() takes one argument")
-        return _cast(node.expressions[0], "JSON")
+        return cast_to(node.expressions[0], "JSON")
     return node
 
 
@@ -459,7 +459,7 @@ def _collate(node: exp.Collate) -> exp.Expr:
     parent = node.parent
     if isinstance(parent, exp.Ordered):
         return exp.Lower(this=node.this)
-    if isinstance(parent, _COMPARISONS):
+    if isinstance(parent, COMPARISONS):
         other = parent.expression if node is parent.this else parent.this
         if not isinstance(other, exp.Lower):
             other.replace(exp.Lower(this=other.copy()))
@@ -503,11 +503,11 @@ def _scalar_min_max(node: exp.Least | exp.Greatest) -> exp.Expr:
 def _group_concat(node: exp.GroupConcat) -> exp.Expr:
     target = node.this
     if isinstance(target, exp.Distinct):
-        target.set("expressions", [_cast(e, "TEXT") for e in target.expressions])
+        target.set("expressions", [cast_to(e, "TEXT") for e in target.expressions])
     elif isinstance(target, exp.Order):
         raise TranspileError("group_concat(... ORDER BY ...) is not translated")
     else:
-        node.set("this", _cast(target, "TEXT"))  # string_agg wants text
+        node.set("this", cast_to(target, "TEXT"))  # string_agg wants text
     if node.args.get("separator") is None:
         node.set("separator", exp.Literal.string(","))
     return node
@@ -517,13 +517,13 @@ def _cast_sqlite(node: exp.Cast) -> exp.Expr | None:
     to = node.to
     if to.is_type(*exp.DataType.INTEGER_TYPES):
         inner = node.this
-        if isinstance(inner, (exp.Literal, *_TEXTUAL)) or _is_to_char(inner):
-            return _cast(inner, "BIGINT")
-        return _cast(_func("TRUNC", inner), "BIGINT")  # SQLite truncates, PostgreSQL rounds
+        if isinstance(inner, (exp.Literal, *TEXTUAL)) or _is_to_char(inner):
+            return cast_to(inner, "BIGINT")
+        return cast_to(func_call("TRUNC", inner), "BIGINT")  # SQLite truncates, PostgreSQL rounds
     if to.is_type(*exp.DataType.TEXT_TYPES):
-        return _cast(node.this, "TEXT")  # SQLite never cuts to a declared length
+        return cast_to(node.this, "TEXT")  # SQLite never cuts to a declared length
     if to.is_type(exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE):
-        return _cast(node.this, _DOUBLE)  # SQLite's REAL is 8 bytes
+        return cast_to(node.this, DOUBLE_PRECISION)  # SQLite's REAL is 8 bytes
     if to.is_type(*exp.DataType.TEMPORAL_TYPES):
         raise TranspileError(f"CAST(... AS {to.sql()}) is numeric affinity in SQLite")
     return None

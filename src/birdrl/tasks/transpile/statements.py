@@ -11,7 +11,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token
 
 from birdrl.tasks.transpile.common import TranspileError, pg_identifier
-from birdrl.tasks.transpile.sql import _convert, _parse, _render
+from birdrl.tasks.transpile.sql import convert_tree, parse_sqlite, render_postgres
 
 # ------------------------------------------------------------------------- statements
 
@@ -24,7 +24,7 @@ _RAISE = re.compile(
 _DOLLAR_TAG = "$birdrl$"
 
 
-def _check_dialects(source: str, target: str) -> None:
+def check_dialects(source: str, target: str) -> None:
     if source.lower() != "sqlite" or target.lower() not in ("postgres", "postgresql"):
         raise TranspileError(f"only sqlite -> postgres is supported, not {source} -> {target}")
 
@@ -34,7 +34,7 @@ def transpile_statements(sql: str) -> list[str]:
     TranspileError with the reason when one cannot be carried over faithfully."""
     if _TRIGGER.match(sql):
         return transpile_trigger(sql)
-    out = [_render(_convert(tree)) for tree in _parse(sql)]
+    out = [render_postgres(convert_tree(tree)) for tree in parse_sqlite(sql)]
     if not out:
         raise TranspileError("no SQL statement")
     return out
@@ -42,21 +42,21 @@ def transpile_statements(sql: str) -> list[str]:
 
 def transpile_sql(sql: str, *, source: str = "sqlite", target: str = "postgres") -> str:
     """`transpile_statements` joined into one string (``;`` and a newline between)."""
-    _check_dialects(source, target)
+    check_dialects(source, target)
     return ";\n".join(transpile_statements(sql))
 
 
 def transpile_condition(sql: str) -> str:
     """A SQLite boolean expression (a CHECK, a trigger's WHEN) as a PostgreSQL one."""
-    (tree,) = _parse(f"SELECT 1 WHERE {sql}")
-    return _render(_convert(tree).args["where"].this)
+    (tree,) = parse_sqlite(f"SELECT 1 WHERE {sql}")
+    return render_postgres(convert_tree(tree).args["where"].this)
 
 
 def transpile_expression(sql: str) -> str:
     """A SQLite scalar expression (a column default, an index key) as a PostgreSQL one."""
-    (tree,) = _parse(f"SELECT {sql}")
-    select = _convert(tree)
-    return _render(select.expressions[0])
+    (tree,) = parse_sqlite(f"SELECT {sql}")
+    select = convert_tree(tree)
+    return render_postgres(select.expressions[0])
 
 
 def transpile_trigger(sql: str) -> list[str]:
