@@ -150,6 +150,7 @@ def test_sentences_for_a_stage_that_could_not_learn() -> None:
 
 
 def test_record_carries_the_summary_and_the_report_shows_it(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
     log = [
         {
             "step": s,

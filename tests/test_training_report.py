@@ -67,6 +67,7 @@ def _rows(text: str, section: str) -> dict[str, list[str]]:
 
 
 def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
     path = write_report(
         tmp_path, _records(), title="birdrl curriculum: smoke", config_summary=SUMMARY
     )
@@ -116,6 +117,7 @@ def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
 
 
 def test_missing_metrics_are_dashes_and_unlike_evaluations_are_flagged(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
     records = [
         StageRecord(0, "base model", "base", "/m/b", 1.0, [], {"mode": "agent", "n": 20}, []),
         StageRecord(
@@ -146,6 +148,7 @@ def test_missing_metrics_are_dashes_and_unlike_evaluations_are_flagged(tmp_path:
 
 
 def test_no_evaluation_at_all(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plots need matplotlib (the train extra)")
     record = StageRecord(1, "reasoning SFT", "sft", "/m/1", 2.0, [], None, [])
     text = write_report(tmp_path, [record], title="t", config_summary={"a": "x|y"}).read_text()
     assert "No stage was evaluated." in text

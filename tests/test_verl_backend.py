@@ -538,6 +538,7 @@ def test_tool_classes_with_verl(config: Path, tasks: dict[str, Task], tmp_path: 
 
 
 def test_cli_export_verl(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow", reason="writing parquet needs pyarrow (birdrl[datasets])")
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 

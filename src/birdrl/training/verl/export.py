@@ -98,14 +98,8 @@ def _messages(prompt: Any, where: str) -> list[dict[str, str]]:
 
 
 def write_verl_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
-    """Write verl rows (from `to_verl_rows`) to a parquet file; returns its path."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError as exc:
-        raise VerlExportError(
-            "writing parquet needs pyarrow (pip install 'birdrl[datasets]')"
-        ) from exc
+    """Write verl rows (from `to_verl_rows`) to a parquet file; returns its path. The rows
+    are checked first, so a wrong row is reported as such with or without pyarrow."""
     if not rows:
         raise VerlExportError("no rows to write: verl cannot train on an empty file")
     for index, row in enumerate(rows):
@@ -115,6 +109,13 @@ def write_verl_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> P
                 f"row {index} is not a verl row (no {', '.join(missing)}); convert it with "
                 "to_verl_rows first"
             )
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise VerlExportError(
+            "writing parquet needs pyarrow (pip install 'birdrl[datasets]')"
+        ) from exc
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist([dict(r) for r in rows]), out)
