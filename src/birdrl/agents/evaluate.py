@@ -15,12 +15,34 @@ from typing import Any
 
 from birdrl.agents.rollout import RolloutConfig, Trajectory, run_episodes
 from birdrl.env.types import Message
+from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Score, Summary
 from birdrl.evaluation.session import scoring_session
+from birdrl.evaluation.suite import check_scorable
 from birdrl.tasks.model import Category, Task
 
-__all__ = ["AgentEvalResult", "evaluate_agent", "summarize_trajectories"]
+__all__ = [
+    "AgentEvalConfigError",
+    "AgentEvalResult",
+    "check_rollout_config",
+    "evaluate_agent",
+    "summarize_trajectories",
+]
+
+
+class AgentEvalConfigError(BirdrlError, ValueError):
+    """A setting of an agent evaluation is out of range (says which and the value given)."""
+
+
+def check_rollout_config(config: RolloutConfig) -> None:
+    """Raise `AgentEvalConfigError` for a rollout config that cannot run episodes."""
+    if config.concurrency < 1:
+        raise AgentEvalConfigError(
+            f"concurrency must be >= 1 (episodes in flight), got {config.concurrency}"
+        )
+    if config.step_threads < 1:
+        raise AgentEvalConfigError(f"step_threads must be >= 1, got {config.step_threads}")
 
 
 @dataclass(frozen=True)
@@ -41,8 +63,11 @@ class AgentEvalResult:
         }
 
 
-def summarize_trajectories(trajectories: Sequence[Trajectory]) -> Summary:
-    """SR overall and per category, and what the episodes looked like."""
+def summarize_trajectories(
+    trajectories: Sequence[Trajectory], *, skipped_tasks: int = 0
+) -> Summary:
+    """SR overall and per category, and what the episodes looked like. `skipped_tasks`
+    counts tasks left out as malformed before the episodes (``skip_invalid``)."""
     by_category = {}
     for category in Category:
         rows = [t for t in trajectories if t.category == category.value]
@@ -59,6 +84,7 @@ def summarize_trajectories(trajectories: Sequence[Trajectory]) -> Summary:
         timeouts=sum(t.timeout_error or t.stop_reason == "timeout" for t in trajectories),
         infra_errors=sum(t.infra_error is not None for t in trajectories),
         invalid_tasks=sum(t.issue_sql_passed for t in trajectories),
+        skipped_tasks=skipped_tasks,
         extra={
             "avg_turns": sum(t.turns for t in trajectories) / n if n else 0.0,
             "tool_call_validity": (calls - invalid) / calls if calls else 1.0,
@@ -77,9 +103,18 @@ def evaluate_agent(
     eval_config: EvalConfig | None = None,
     progress: Callable[[Trajectory], None] | None = None,
     token_counter: Callable[[Sequence[Message]], int] | None = None,
+    *,
+    skipped_tasks: int = 0,
 ) -> AgentEvalResult:
-    """Run `agent` on every task in the environment and score it."""
+    """Run `agent` on every task in the environment and score it.
+
+    Like `birdrl.evaluation.suite.evaluate_suite`, raises `TaskNotScorableError` before
+    any episode if a task has no ``sol_sql`` (its submission could not be scored), and
+    `AgentEvalConfigError` for settings that cannot run an episode. `skipped_tasks` counts
+    tasks the caller left out as malformed, for the summary."""
     cfg = rollout or RolloutConfig()
+    check_rollout_config(cfg)
+    check_scorable(tasks)
     used = {t.db_id: databases[t.db_id] for t in tasks}
     with scoring_session(
         used, replicas_per_db=cfg.concurrency, eval_config=eval_config, prefix="birdrl-rollout-"
@@ -87,4 +122,6 @@ def evaluate_agent(
         trajectories = run_episodes(
             tasks, agent, pool, evaluator, replace(cfg, worker_id=None), progress, token_counter
         )
-    return AgentEvalResult(trajectories, summarize_trajectories(trajectories))
+    return AgentEvalResult(
+        trajectories, summarize_trajectories(trajectories, skipped_tasks=skipped_tasks)
+    )

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from birdrl.cli.common import clean_errors, labelled_bars, results_console
+from birdrl.training.config import list_presets
 
 __all__ = ["curriculum_command"]
 
@@ -22,8 +23,7 @@ def curriculum_command(
     preset: Annotated[
         str,
         typer.Option(
-            help="A shipped preset (tiny, smoke, qwen2.5-coder-7b, qwen2.5-coder-14b) "
-            "or a path to a TOML file."
+            help=f"A shipped preset ({', '.join(list_presets())}) or a path to a TOML file."
         ),
     ] = "tiny",
     out: Annotated[

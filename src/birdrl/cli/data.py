@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from birdrl.agents.evaluate import check_rollout_config
 from birdrl.agents.registry import AGENT_SPECS, make_agent
 from birdrl.agents.rollout import RolloutConfig
 from birdrl.cli.common import clean_errors, results_console
@@ -48,6 +49,13 @@ def build_command(
     """Build one stage's dataset from a task set."""
     console = results_console()
     with clean_errors():
+        if stage not in (1, 2, 3, 4):
+            raise BirdrlError(f"--stage must be 1, 2, 3 or 4, got {stage}")
+        # options are checked before the databases are opened or a teacher loads
+        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
+        rollout = RolloutConfig(concurrency=concurrency)
+        if stage == 2:
+            check_rollout_config(rollout)
         bench = open_benchmark(tasks, db_root)
         items = bench.debugging_tasks()
         if stage == 1:
@@ -56,7 +64,6 @@ def build_command(
                 chosen: Teacher = OfflineTeacher()
             else:
                 chosen = LLMTeacher(make_agent(spec), cache or out / "teacher-cache")
-            config = EvalConfig() if workers is None else EvalConfig(workers=workers)
             with progress_bar(len(items), "tasks") as advance:
                 data = build_reasoning_sft(
                     items, bench.databases, chosen, source=f"{tasks}, teacher {spec}",
@@ -64,16 +71,13 @@ def build_command(
                 )  # fmt: skip
         elif stage == 2:
             agent = make_agent(teacher or "explorer")
-            config = EvalConfig() if workers is None else EvalConfig(workers=workers)
             with progress_bar(len(items), "episodes") as advance:
                 data = build_tool_use_sft(
                     items, bench.databases, agent, source=f"{tasks}, teacher {teacher}",
-                    rollout=RolloutConfig(concurrency=concurrency), eval_config=config, progress=advance,
+                    rollout=rollout, eval_config=config, progress=advance,
                 )  # fmt: skip
-        elif stage in (3, 4):
-            data = build_rl_prompts(items, bench.databases, stage=stage, source=tasks)
         else:
-            raise BirdrlError(f"--stage must be 1, 2, 3 or 4, got {stage}")
+            data = build_rl_prompts(items, bench.databases, stage=stage, source=tasks)
         path = data.write(out)
         rejected = ", ".join(f"{k}: {v}" for k, v in sorted(data.rejected.items())) or "none"
         console.print(

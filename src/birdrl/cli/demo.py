@@ -35,6 +35,7 @@ def demo_command(
     """Watch one episode: the issue, each model turn, each observation, the reward."""
     console = Console()
     with clean_errors():
+        env_config = EnvConfig(max_tool_calls=max_tool_calls)  # checked before anything loads
         bench = open_benchmark("bundled:test")
         tasks = bench.debugging_tasks()
         task = (
@@ -79,7 +80,7 @@ def demo_command(
             env = SQLActEnv(
                 pool,
                 evaluator,
-                EnvConfig(max_tool_calls=max_tool_calls),
+                env_config,
                 token_counter=token_counter_for(runner),
             )
             traj = play_episode(env, task, runner, on_turn=show)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -11,11 +11,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from birdrl.agents.base import GenerationConfig
-from birdrl.agents.evaluate import evaluate_agent
+from birdrl.agents.evaluate import check_rollout_config, evaluate_agent
 from birdrl.agents.registry import AGENT_SPECS, make_agent, token_counter_for
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
@@ -26,6 +27,7 @@ from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Summary
 from birdrl.evaluation.suite import (
     Predictions,
+    check_scorable,
     evaluate_suite,
     load_predictions,
     write_predictions,
@@ -40,6 +42,7 @@ __all__ = [
     "render_dropped",
     "render_skipped",
     "render_summary",
+    "render_unmatched",
 ]
 
 TasksOption = Annotated[
@@ -138,22 +141,30 @@ def eval_command(
                 "--view needs --agent and --trajectories FILE (it shows the episodes written "
                 "there); for a predictions report, run birdrl view REPORT.json"
             )
+        # options are checked before anything slow (databases, pools, models) starts
+        config = EvalConfig(official_quirks=not fix_quirks)
+        if workers is not None:
+            config = replace(config, workers=workers)
+        rollout = None
+        if agent is not None:
+            rollout = RolloutConfig(
+                concurrency=concurrency,
+                env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
+            )
+            check_rollout_config(rollout)
         names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
         bench = open_benchmark(
             tasks, db_root, skip_invalid=skip_invalid, server_databases=names == ["postgresql"]
         )
         render_skipped(bench, console)
-        config = EvalConfig(official_quirks=not fix_quirks)
-        if workers is not None:
-            config = replace(config, workers=workers)
         rows: list[tuple[DialectRun, Summary]] = []
         reports: dict[str, Any] = {}
         for name in names:
             with open_dialect(bench, name, config, pg_dsn=pg_dsn) as run:
                 render_dropped(run, console)
                 summary, report, preds = _score_run(
-                    run, predictions, agent, mode, concurrency, max_tool_calls,
-                    max_new_tokens, temperature, trajectories, console,
+                    run, predictions, agent, mode, rollout, max_new_tokens, temperature,
+                    trajectories, len(bench.tasks.skipped), console,
                 )  # fmt: skip
             rows.append((run, summary))
             reports[name] = report
@@ -181,21 +192,19 @@ def _score_run(
     predictions: Path | None,
     agent: str | None,
     mode: str,
-    concurrency: int,
-    max_tool_calls: int,
+    rollout: RolloutConfig | None,
     max_new_tokens: int,
     temperature: float,
     trajectories: Path | None,
+    skipped: int,
     console: Console,
 ) -> tuple[Summary, dict[str, Any], Predictions]:
-    """Score one dialect's tasks with an agent in the environment or with predictions."""
-    if agent is not None:
+    """Score one dialect's tasks with an agent in the environment (`agent` and its
+    `rollout`) or with predictions; `skipped` malformed tasks are counted in the summary."""
+    check_scorable(run.tasks)  # before a model or the predictions load, for either source
+    if agent is not None and rollout is not None:
         generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
         runner = make_agent(agent, mode=mode, generation=generation)
-        rollout = RolloutConfig(
-            concurrency=concurrency,
-            env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
-        )
         with progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance:
             outcome = evaluate_agent(
                 run.tasks,
@@ -205,6 +214,7 @@ def _score_run(
                 run.config,
                 progress=advance,
                 token_counter=token_counter_for(runner),
+                skipped_tasks=skipped,
             )
         if trajectories is not None:
             path = write_trajectories(trajectories, outcome.trajectories)
@@ -213,7 +223,11 @@ def _score_run(
     assert predictions is not None
     preds = load_predictions(predictions)
     with progress_bar(len(run.tasks), f"{run.dialect} evaluating") as advance:
-        result = evaluate_suite(run.tasks, run.databases, preds, run.config, progress=advance)
+        result = evaluate_suite(
+            run.tasks, run.databases, preds, run.config, progress=advance, skipped_tasks=skipped
+        )
+    where = f"among the {len(run.tasks)} {run.dialect} tasks"
+    render_unmatched(result.unmatched_predictions, len(preds), where, console)
     report = result.to_dict()
     report["predictions"] = {iid: list(sqls) for iid, sqls in preds.items()}  # for birdrl view
     return result.summary, report, preds
@@ -278,6 +292,22 @@ def render_skipped(bench: Benchmark, console: Console) -> None:
         console.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)
 
 
+def render_unmatched(
+    instance_ids: Sequence[str], predictions: int, where: str, console: Console
+) -> None:
+    """Warn about predictions whose instance_id matches no task (they are not scored)."""
+    if not instance_ids:
+        return
+    shown = ", ".join(repr(i) for i in instance_ids[:5])
+    more = f" and {len(instance_ids) - 5} more" if len(instance_ids) > 5 else ""
+    console.print(
+        f"[yellow]warning:[/] {len(instance_ids)} of {predictions} predictions match no task "
+        f"{escape(where)} and are not scored: {escape(shown)}{more}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def render_summary(summary: Summary, title: str, console: Console) -> None:
     """SR overall and per category, then what went wrong."""
     table = Table(title=f"success rate: {title}")
@@ -290,10 +320,18 @@ def render_summary(summary: Summary, title: str, console: Console) -> None:
     o = summary.overall
     table.add_row("[bold]overall[/]", str(o.total), str(o.success), f"[bold]{o.rate:.1f}[/]")
     console.print(table)
+    invalid = f"invalid tasks {summary.invalid_tasks + summary.skipped_tasks}"
+    if summary.skipped_tasks:
+        invalid += f" ({summary.skipped_tasks} malformed, skipped)"
+    unmatched = (
+        f", predictions matching no task {summary.unmatched_predictions}"
+        if summary.unmatched_predictions
+        else ""
+    )
     console.print(
         f"mean reward {summary.mean_reward:.3f}; execution errors {summary.execution_errors}, "
         f"timeouts {summary.timeouts}, infrastructure errors {summary.infra_errors}, "
-        f"invalid tasks {summary.invalid_tasks}, missing predictions {summary.missing_predictions}",
+        f"{invalid}, missing predictions {summary.missing_predictions}{unmatched}",
         highlight=False,
     )
     extra = summary.extra

@@ -41,10 +41,10 @@ def validate_command(
     Exits with status 1 if any task is invalid."""
     console = results_console()
     with clean_errors():
+        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
         bench = open_benchmark(source, db_root, skip_invalid=skip_invalid)
         render_skipped(bench, console)
         tasks = bench.debugging_tasks()
-        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
         with progress_bar(len(tasks), "validating") as advance:
             results = validate_tasks(tasks, bench.databases, config, progress=advance)
         invalid = [r for r in results if not r.valid]
@@ -93,9 +93,9 @@ def synthesize_command(
     those whose bugged SQL fails and whose original passes the tests."""
     console = results_console()
     with clean_errors():
+        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
         examples = load_sql_examples(sql_file)
         chosen = [f.strip() for f in families.split(",") if f.strip()] if families else None
-        config = EvalConfig() if workers is None else EvalConfig(workers=workers)
         with _stage_progress() as progress:
             result = synthesize_tasks(
                 db,

@@ -67,6 +67,13 @@ class EnvConfig:
     schema_budget_chars: int = 8000
     sample_rows: int = 3
 
+    def __post_init__(self) -> None:
+        # with no tool call allowed, every episode ends before its first call and scores 0
+        if self.max_tool_calls < 1:
+            raise EnvError(
+                f"max_tool_calls must be >= 1 (tool calls per episode), got {self.max_tool_calls}"
+            )
+
 
 @dataclass
 class _Episode:

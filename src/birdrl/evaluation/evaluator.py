@@ -30,7 +30,14 @@ from birdrl.evaluation.runner import ExJob, ExResult, PhaseJob, PhaseResult, run
 from birdrl.evaluation.workers import JobTimeout, Worker, WorkerError
 from birdrl.tasks.model import Task, TextToSQLTask
 
-__all__ = ["EvalConfig", "Evaluator", "ExReport", "TaskNotScorableError", "TestReport"]
+__all__ = [
+    "EvalConfig",
+    "EvalConfigError",
+    "Evaluator",
+    "ExReport",
+    "TaskNotScorableError",
+    "TestReport",
+]
 
 
 _FAILED = PhaseResult(passed=0, tests_run=0)
@@ -48,6 +55,10 @@ def _all_passed(result: PhaseResult) -> bool:
 class TaskNotScorableError(BirdrlError, ValueError):
     """The task has no reference solution (a public release): it can be used for inference
     only."""
+
+
+class EvalConfigError(BirdrlError, ValueError):
+    """An `EvalConfig` value is out of range (says which field and the value given)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,10 @@ class EvalConfig:
     server: PostgresServer | None = None
     """Score on this PostgreSQL server (databases are then template database names);
     None: SQLite files."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise EvalConfigError(f"workers must be >= 1, got {self.workers}")
 
 
 @dataclass(frozen=True)
@@ -148,8 +163,6 @@ class Evaluator:
         self, databases: Mapping[str, str | Path], config: EvalConfig | None = None
     ) -> None:
         self.config = config or EvalConfig()
-        if self.config.workers < 1:
-            raise ValueError(f"EvalConfig.workers must be >= 1, got {self.config.workers}")
         self._tmp: str | None = None
         root = self.config.pool_root
         if root is None:

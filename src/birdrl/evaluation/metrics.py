@@ -38,6 +38,11 @@ class Summary:
     invalid_tasks: int
     """Tasks whose own issue SQL passes every test (failed for every prediction)."""
     missing_predictions: int = 0
+    """Tasks without a prediction (scored as an empty prediction, as officially)."""
+    unmatched_predictions: int = 0
+    """Predictions whose instance_id matches no task (not scored)."""
+    skipped_tasks: int = 0
+    """Malformed tasks left out before scoring (``skip_invalid``); not in `overall`."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -48,7 +53,13 @@ class Summary:
         return out
 
 
-def summarize(reports: Sequence[TestReport], missing_predictions: int = 0) -> Summary:
+def summarize(
+    reports: Sequence[TestReport],
+    missing_predictions: int = 0,
+    *,
+    unmatched_predictions: int = 0,
+    skipped_tasks: int = 0,
+) -> Summary:
     """SR over `reports` (one per task), overall and for each category present."""
     by_category = {}
     for category in Category:
@@ -64,6 +75,8 @@ def summarize(reports: Sequence[TestReport], missing_predictions: int = 0) -> Su
         infra_errors=sum(r.infra_error is not None for r in reports),
         invalid_tasks=sum(r.issue_sql_passed for r in reports),
         missing_predictions=missing_predictions,
+        unmatched_predictions=unmatched_predictions,
+        skipped_tasks=skipped_tasks,
     )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from birdrl.errors import BirdrlError
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator, TestReport
+from birdrl.evaluation.evaluator import EvalConfig, Evaluator, TaskNotScorableError, TestReport
 from birdrl.evaluation.metrics import Summary, summarize
 from birdrl.tasks.model import Task
 
@@ -18,6 +18,7 @@ __all__ = [
     "PredictionsError",
     "SuiteResult",
     "ValidationResult",
+    "check_scorable",
     "evaluate_suite",
     "load_predictions",
     "scripted_predictions",
@@ -45,7 +46,9 @@ def load_predictions(path: str | Path) -> Predictions:
         try:
             record = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise PredictionsError(f"{p}, line {number}: invalid JSON: {exc.msg}") from None
+            raise PredictionsError(
+                f"{p}, line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
+            ) from None
         if not isinstance(record, dict) or "instance_id" not in record:
             raise PredictionsError(f"{p}, line {number}: field 'instance_id': missing")
         sqls = record.get("pred_sqls", record.get("pred_sql"))
@@ -83,9 +86,32 @@ def scripted_predictions(tasks: Iterable[Task], agent: Literal["gold", "issue"])
 class SuiteResult:
     reports: list[TestReport]
     summary: Summary
+    unmatched_predictions: tuple[str, ...] = ()
+    """Instance ids of the predictions that match no task (not scored), in file order."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary.to_dict(), "reports": [r.to_dict() for r in self.reports]}
+        return {
+            "summary": self.summary.to_dict(),
+            "reports": [r.to_dict() for r in self.reports],
+            "unmatched_predictions": list(self.unmatched_predictions),
+        }
+
+
+def check_scorable(tasks: Iterable[Task]) -> None:
+    """Raise `TaskNotScorableError` if any task has no reference solution (``sol_sql``):
+    such a task can be used for inference, not scored, whoever produced the prediction."""
+    public = [t.instance_id for t in tasks if not t.has_reference]
+    if len(public) == 1:
+        raise TaskNotScorableError(
+            f"task {public[0]!r} has no sol_sql (public release?): it can be used for "
+            "inference, not scored"
+        )
+    if public:
+        shown = ", ".join(repr(i) for i in public[:5]) + (", ..." if len(public) > 5 else "")
+        raise TaskNotScorableError(
+            f"{len(public)} tasks have no sol_sql (public release?): they can be used for "
+            f"inference, not scored: {shown}"
+        )
 
 
 def evaluate_suite(
@@ -94,15 +120,30 @@ def evaluate_suite(
     predictions: Mapping[str, Sequence[str]],
     config: EvalConfig | None = None,
     progress: Callable[[TestReport], None] | None = None,
+    *,
+    skipped_tasks: int = 0,
 ) -> SuiteResult:
-    """Score `predictions` for `tasks`. A task without a prediction counts as failed (and
-    is counted in `missing_predictions`); predictions for unknown tasks are ignored."""
+    """Score `predictions` for `tasks`. As in the official evaluator, a task without a
+    prediction is scored as an empty prediction (counted in `missing_predictions`);
+    predictions for no task are not scored and are listed in `unmatched_predictions`.
+    `skipped_tasks` counts tasks the caller left out as malformed (``skip_invalid``), so
+    that the summary reports them. Raises `TaskNotScorableError` before scoring anything if
+    a task has no ``sol_sql``."""
+    check_scorable(tasks)
+    ids = {t.instance_id for t in tasks}
     missing = [t for t in tasks if t.instance_id not in predictions]
+    unmatched = tuple(i for i in predictions if i not in ids)
     with Evaluator(databases, config) as evaluator:
         reports = evaluator.evaluate_many(
             [(t, predictions.get(t.instance_id, [])) for t in tasks], progress=progress
         )
-    return SuiteResult(reports, summarize(reports, missing_predictions=len(missing)))
+    summary = summarize(
+        reports,
+        missing_predictions=len(missing),
+        unmatched_predictions=len(unmatched),
+        skipped_tasks=skipped_tasks,
+    )
+    return SuiteResult(reports, summary, unmatched)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from birdrl.errors import BirdrlError
-from birdrl.tasks.load import LoadedTasks, load_tasks, resolve_databases
+from birdrl.tasks.load import LoadedTasks, check_task_source, load_tasks, resolve_databases
 from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
@@ -91,6 +91,7 @@ def open_benchmark(
             db_root = default_db_root()
     else:
         path = source
+        check_task_source(source)  # a missing file is the first thing to report
         if db_root is None and server_databases:
             return Benchmark(text, load_tasks(path, skip_invalid=skip_invalid), {})
         if db_root is None:

@@ -22,6 +22,7 @@ __all__ = [
     "LoadedTasks",
     "MissingDatabaseError",
     "TaskFormatError",
+    "check_task_source",
     "find_database",
     "load_tasks",
     "parse_record",
@@ -39,12 +40,22 @@ _T2S_FIELDS = {"question_id", "db_id", "question", "evidence", "SQL", "difficult
 
 
 class TaskFormatError(BirdrlError, ValueError):
-    """A task record is malformed; says where (file, line) and which field."""
+    """A task record is malformed; says where (file, line; column for JSON syntax errors)
+    and which field."""
 
-    def __init__(self, source: str, line: int | None, message: str, field: str | None = None):
+    def __init__(
+        self,
+        source: str,
+        line: int | None,
+        message: str,
+        field: str | None = None,
+        *,
+        column: int | None = None,
+    ):
         self.source = source
         self.line = line
         self.field = field
+        self.column = column
         where = source if line is None else f"{source}, line {line}"
         what = f"field {field!r}: " if field else ""
         super().__init__(f"{where}: {what}{message}")
@@ -76,10 +87,19 @@ class LoadedTasks:
 def load_tasks(source: str | Path, *, skip_invalid: bool = False) -> LoadedTasks:
     """Load debugging or text-to-SQL tasks from a local file (``.jsonl``, ``.json``,
     ``.parquet``) or, with ``hf:NAME[:SPLIT]``, from a Hugging Face dataset available offline."""
-    text = str(source)
-    if text.startswith("hf:"):
+    path = check_task_source(source)
+    if path is None:
+        text = str(source)
         name, _, split = text[3:].partition(":")
         return _collect(_hf_records(name, split or "train"), text, skip_invalid)
+    return _collect(_file_records(path), str(path), skip_invalid)
+
+
+def check_task_source(source: str | Path) -> Path | None:
+    """The local task file `source` names, if it exists and is a file (else a
+    `TaskFormatError`); None for an ``hf:`` source, which is checked when it is loaded."""
+    if str(source).startswith("hf:"):
+        return None
     path = Path(source).expanduser()
     if not path.exists():
         raise TaskFormatError(str(path), None, "task file not found")
@@ -87,7 +107,7 @@ def load_tasks(source: str | Path, *, skip_invalid: bool = False) -> LoadedTasks
         raise TaskFormatError(
             str(path), None, "is a directory; give a .jsonl, .json or .parquet file"
         )
-    return _collect(_file_records(path), str(path), skip_invalid)
+    return path
 
 
 def _collect(records: Iterable[tuple[int, Any]], source: str, skip_invalid: bool) -> LoadedTasks:
@@ -127,7 +147,7 @@ def _file_records(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TaskFormatError(str(path), exc.lineno, f"invalid JSON: {exc.msg}") from exc
+            raise _json_error(path, exc.lineno, exc) from exc
         if not isinstance(data, list):
             raise TaskFormatError(str(path), None, "a .json task file must hold a list of records")
         yield from enumerate(data, start=1)
@@ -138,7 +158,14 @@ def _file_records(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             yield number, json.loads(raw)
         except json.JSONDecodeError as exc:
-            yield number, TaskFormatError(str(path), number, f"invalid JSON: {exc.msg}")
+            yield number, _json_error(path, number, exc)
+
+
+def _json_error(path: Path, line: int, exc: json.JSONDecodeError) -> TaskFormatError:
+    """A JSON syntax error at its line and column (1-based, as editors count)."""
+    return TaskFormatError(
+        str(path), line, f"invalid JSON at column {exc.colno}: {exc.msg}", column=exc.colno
+    )
 
 
 def _parquet_rows(path: Path) -> list[dict[str, Any]]:
