@@ -319,3 +319,19 @@ def test_make_reward(tasks, evaluator: Evaluator) -> None:
         make_reward("execution", tasks=tasks)
     with pytest.raises(RewardConfigError, match="judge agent"):
         make_reward("judge", tasks=tasks)
+
+
+def test_a_new_reward_is_one_registered_function(tasks, monkeypatch) -> None:
+    from birdrl.training import rewards
+
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+
+    @rewards.register_reward("always-half", "half credit for anything (a test)")
+    def _half(inputs: rewards.RewardInputs) -> rewards.TaskReward:
+        return rewards.HeuristicReward(inputs.tasks)
+
+    assert isinstance(make_reward("always-half", tasks=tasks), HeuristicReward)
+    assert rewards.REWARDS["always-half"].doc == "half credit for anything (a test)"
+    with pytest.raises(RewardConfigError, match="already registered"):
+        rewards.register_reward("execution", "again")(_half)
+    assert all(spec.doc for spec in rewards.REWARDS.values())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from birdrl.evaluation.evaluator import Evaluator, TaskNotScorableError
 from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
+    "REWARDS",
     "REWARD_NAMES",
     "ExecutionReward",
     "HeuristicReward",
@@ -40,14 +41,16 @@ __all__ = [
     "RewardConfigError",
     "RewardInfraError",
     "RewardInputError",
+    "RewardInputs",
+    "RewardSpec",
     "TaskReward",
     "UnknownRewardError",
     "UnknownTaskError",
     "completion_text",
     "make_reward",
+    "register_reward",
 ]
 
-REWARD_NAMES = ("execution", "local", "heuristic", "judge")
 AnyTask = Task | TextToSQLTask
 _STATEMENTS = (
     *(exp.Query, exp.DML, exp.DDL, exp.Drop, exp.Alter, exp.Pragma, exp.Command),
@@ -400,6 +403,79 @@ class JudgeReward(TaskReward):
         return score / 10 if 0.0 <= score <= 10.0 else None
 
 
+@dataclass(frozen=True)
+class RewardInputs:
+    """What a reward may be built from."""
+
+    tasks: Mapping[str, AnyTask]
+    """instance_id -> task."""
+    evaluator: Evaluator | None = None
+    judge: Agent | None = None
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """A registered reward: its name (the config's ``reward`` value), one line on what it
+    measures, and how to build it."""
+
+    name: str
+    doc: str
+    build: Callable[[RewardInputs], TaskReward]
+
+
+REWARDS: dict[str, RewardSpec] = {}
+"""The rewards a GRPO stage can select by name, in registration order."""
+
+
+def register_reward(
+    name: str, doc: str
+) -> Callable[[Callable[[RewardInputs], TaskReward]], Callable[[RewardInputs], TaskReward]]:
+    """Register the decorated builder as the reward `name` (a new reward = one function)."""
+
+    def add(build: Callable[[RewardInputs], TaskReward]) -> Callable[[RewardInputs], TaskReward]:
+        if name in REWARDS:
+            raise RewardConfigError(f"a reward named {name!r} is already registered")
+        REWARDS[name] = RewardSpec(name, doc, build)
+        return build
+
+    return add
+
+
+@register_reward(
+    "execution", "the evaluator's test pass rate on a fresh replica (the benchmark's own score)"
+)
+def _execution(inputs: RewardInputs) -> TaskReward:
+    if inputs.evaluator is None:
+        raise RewardConfigError(
+            "the execution reward needs an evaluator (birdrl.evaluation.Evaluator)"
+        )
+    return ExecutionReward(inputs.tasks, inputs.evaluator)
+
+
+@register_reward(
+    "local", "ablation: syntax validity and schema-linking F1 against the reference, never executed"
+)
+def _local(inputs: RewardInputs) -> TaskReward:
+    return LocalCorrectnessReward(inputs.tasks)
+
+
+@register_reward(
+    "heuristic", "ablation: the mean of cheap rules (answered, parses, ...), each a proxy for a fix"
+)
+def _heuristic(inputs: RewardInputs) -> TaskReward:
+    return HeuristicReward(inputs.tasks)
+
+
+@register_reward("judge", "ablation: an LLM judge's score of the answer against the reference")
+def _judge(inputs: RewardInputs) -> TaskReward:
+    if inputs.judge is None:
+        raise RewardConfigError("the judge reward needs a judge agent (e.g. an OpenAIAgent)")
+    return JudgeReward(inputs.judge, inputs.tasks)
+
+
+REWARD_NAMES = tuple(REWARDS)
+
+
 def make_reward(
     name: str,
     *,
@@ -407,19 +483,8 @@ def make_reward(
     evaluator: Evaluator | None = None,
     judge: Agent | None = None,
 ) -> TaskReward:
-    """The reward `name` (one of `REWARD_NAMES`) over `tasks` (instance_id -> task)."""
-    if name == "execution":
-        if evaluator is None:
-            raise RewardConfigError(
-                "the execution reward needs an evaluator (birdrl.evaluation.Evaluator)"
-            )
-        return ExecutionReward(tasks, evaluator)
-    if name == "local":
-        return LocalCorrectnessReward(tasks)
-    if name == "heuristic":
-        return HeuristicReward(tasks)
-    if name == "judge":
-        if judge is None:
-            raise RewardConfigError("the judge reward needs a judge agent (e.g. an OpenAIAgent)")
-        return JudgeReward(judge, tasks)
-    raise UnknownRewardError(f"unknown reward {name!r}; choose one of: {', '.join(REWARD_NAMES)}")
+    """The registered reward `name` (see `REWARDS`) over `tasks` (instance_id -> task)."""
+    spec = REWARDS.get(name)
+    if spec is None:
+        raise UnknownRewardError(f"unknown reward {name!r}; choose one of: {', '.join(REWARDS)}")
+    return spec.build(RewardInputs(tasks, evaluator, judge))
