@@ -679,8 +679,15 @@ def test_out_of_descriptors_backs_off_and_recovers(
     assert proc.stdin is not None and proc.stdout is not None
     try:
         assert proc.stdout.readline() == "serving\n", proc.stderr and proc.stderr.read()
+        descriptors = Path(f"/proc/{proc.pid}/fd")
+        baseline = len(list(descriptors.iterdir()))
         with PoolClient(sock, timeout=10) as early:
             assert early.ping() == proc.pid
+        # the server closes its end of that connection on its own time; a descriptor it
+        # freed after "fill" would let it serve the starved clients below (seen under load)
+        deadline = time.monotonic() + 10
+        while len(list(descriptors.iterdir())) > baseline and time.monotonic() < deadline:
+            time.sleep(0.01)
         proc.stdin.write("fill\n")
         proc.stdin.flush()
         assert proc.stdout.readline().startswith("filled ")
