@@ -12,9 +12,9 @@ import sys
 
 from rich.console import Console
 
+from birdrl.bench.run import BenchConfig, plan_bench, run_bench
 from birdrl.cli.common import results_console
 from birdrl.cli.pool import BenchProgressBars, render_bench, render_plan
-from birdrl.db.bench.run import BenchConfig, plan_bench, run_bench
 
 
 def main(argv: list[str]) -> int:

@@ -12,8 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from birdrl import __version__
-from birdrl.cli import app
-from birdrl.db.bench.run import (
+from birdrl.bench.run import (
     BASELINE,
     BenchConfig,
     BenchConfigError,
@@ -21,12 +20,13 @@ from birdrl.db.bench.run import (
     BenchResult,
     run_bench,
 )
-from birdrl.db.bench.run import (
+from birdrl.bench.run import (
     SQLITE_STRATEGIES as STRATEGIES,
 )
-from birdrl.db.bench.synth import SynthError, describe_template
-from birdrl.db.bench.synth import make_template as make_synth
-from birdrl.db.bench.workload import MUTATIONS, build_workload
+from birdrl.bench.synth import SynthError, describe_template
+from birdrl.bench.synth import make_template as make_synth
+from birdrl.bench.workload import MUTATIONS, build_workload
+from birdrl.cli import app
 from birdrl.db.sandbox import Sandbox
 
 SMALL = {"trajectories": 60, "db_sizes_mb": (1, 2), "concurrency": 8, "mutate_fraction": 0.2}
@@ -295,7 +295,7 @@ def test_postgresql_strategies_replay_the_same_workload(pg_cluster, tmp_path: Pa
     """`pool bench --backend postgresql`: the workload, transpiled, runs without an error on
     every pg-* strategy (so every lease began clean), and the dirty-aware pool re-creates
     far fewer databases than copy-per-rollout."""
-    from birdrl.db.bench.run import PG_BASELINE, PG_STRATEGIES
+    from birdrl.bench.run import PG_BASELINE, PG_STRATEGIES
 
     config = BenchConfig(
         **{**SMALL, "db_sizes_mb": (0.5,), "trajectories": 30},

@@ -2,8 +2,8 @@
 layers below it, never one above (lazy imports inside functions included), and no
 module imports another module's private names.
 
-    errors, cache  <  tasks  <  db  <  evaluation  <  env  <  agents  <  data  <  view
-                   <  training  <  cli
+    errors, cache  <  tasks  <  db  <  bench  <  evaluation  <  env  <  agents  <  data
+                   <  view  <  training  <  cli
 
 `view` only reads run artifacts (it imports `tasks` for the task SQL of old records), so
 `training` may write a run's viewer."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "birdrl"
-LAYERS = ["tasks", "db", "evaluation", "env", "agents", "data", "view", "training", "cli"]
+LAYERS = ["tasks", "db", "bench", "evaluation", "env", "agents", "data", "view", "training", "cli"]
 BASE = {"errors", "cache", ""}  # importable from anywhere; "" is the package itself
 TOP = {"__main__"}
 
@@ -77,6 +77,75 @@ def test_no_module_imports_another_modules_private_names(tmp_path: Path) -> None
     assert private_imports(ROOT) == []
     (tmp_path / "x.py").write_text("from birdrl.db.service import _encode\n")
     assert private_imports(tmp_path)  # the check can fail
+
+
+def _module_name(root: Path, path: Path) -> str:
+    return ".".join(("birdrl", *path.relative_to(root).with_suffix("").parts)).removesuffix(
+        ".__init__"
+    )
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """Groups of modules that import each other when imported (module-level imports, those
+    in ``try``/``if`` included; ``if TYPE_CHECKING:`` blocks and imports inside functions
+    never run at import time and are left out)."""
+    modules = {_module_name(root, p): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        pending = list(ast.parse(path.read_text(encoding="utf-8")).body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, (ast.If, ast.Try)):
+                pending += node.body + node.orelse + getattr(node, "finalbody", [])
+                pending += [n for h in getattr(node, "handlers", []) for n in h.body]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                deps.update(
+                    m
+                    for m in (node.module, *(f"{node.module}.{a.name}" for a in node.names))
+                    if m in modules
+                )
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in modules)
+        graph[name] = deps - {name}
+    # strongly connected components (Tarjan): any with two or more modules is a cycle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycles(tmp_path: Path) -> None:
+    assert import_cycles(ROOT) == []
+    (tmp_path / "a.py").write_text("from birdrl.b import x\n")
+    (tmp_path / "b.py").write_text("try:\n    import birdrl.a\nexcept ImportError:\n    pass\n")
+    assert import_cycles(tmp_path) == [["birdrl.a", "birdrl.b"]]  # the check can fail
 
 
 def test_no_module_imports_a_higher_layer() -> None:

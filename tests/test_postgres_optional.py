@@ -40,7 +40,7 @@ def test_core_modules_do_not_import_psycopg() -> None:
     code = (
         "import sys\n"
         "import birdrl.cli, birdrl.evaluation.evaluator, birdrl.evaluation.runner\n"
-        "import birdrl.evaluation.dialects, birdrl.db.bench.run, birdrl.env.sqlact\n"
+        "import birdrl.evaluation.dialects, birdrl.bench.run, birdrl.env.sqlact\n"
         "assert 'psycopg' not in sys.modules, sorted(m for m in sys.modules if 'psycopg' in m)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

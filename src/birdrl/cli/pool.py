@@ -21,8 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from birdrl.cli.common import clean_errors, results_console
-from birdrl.db.bench.run import (
+from birdrl.bench.run import (
     BASELINE,
     PG_BASELINE,
     PG_STRATEGIES,
@@ -33,6 +32,7 @@ from birdrl.db.bench.run import (
     plan_bench,
     run_bench,
 )
+from birdrl.cli.common import clean_errors, results_console
 from birdrl.db.service_config import ServiceConfig
 from birdrl.errors import BirdrlError
 

@@ -1,6 +1,6 @@
 """The seeded SQL workload that `birdrl pool bench` replays under every isolation strategy.
 
-Each trajectory picks one synthetic database (see `birdrl.db.bench.synth`) and runs a few cheap,
+Each trajectory picks one synthetic database (see `birdrl.bench.synth`) and runs a few cheap,
 index-backed reads (point lookups and small ranges: the benchmark measures the I/O of
 isolation, not query speed). A `mutate_fraction` of the trajectories also runs one or two
 mutating statements: mostly UPDATE/INSERT/DELETE of a few rows, sometimes DDL (CREATE INDEX
@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from birdrl.db.bench.synth import TemplateInfo
+from birdrl.bench.synth import TemplateInfo
 
 __all__ = ["MUTATIONS", "READS", "Trajectory", "build_workload"]
 

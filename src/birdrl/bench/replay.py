@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from birdrl.bench.result import BenchProgress, ProgressCallback
+from birdrl.bench.workload import Trajectory
 from birdrl.db.backend import BackendReplica
-from birdrl.db.bench.result import BenchProgress, ProgressCallback
-from birdrl.db.bench.workload import Trajectory
 from birdrl.db.errors import AcquireTimeout
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import Lease, ReplicaPool

@@ -21,7 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
-from birdrl.db.bench.workload import Trajectory
+from birdrl.bench.workload import Trajectory
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
 from birdrl.db.postgres.backend import PostgresBackend

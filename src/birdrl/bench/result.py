@@ -1,4 +1,4 @@
-"""Result types of `birdrl pool bench` (see `birdrl.db.bench`): typed, frozen, JSON-ready
+"""Result types of `birdrl pool bench` (see `birdrl.bench`): typed, frozen, JSON-ready
 through their ``to_dict`` methods."""
 
 from __future__ import annotations
@@ -7,13 +7,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from birdrl.db.bench.synth import TemplateInfo
+from birdrl.bench.config import BenchConfig
+from birdrl.bench.synth import TemplateInfo
 from birdrl.db.iostats import IOCounter
-
-if TYPE_CHECKING:
-    from birdrl.db.bench.run import BenchConfig
 
 __all__ = [
     "BenchProgress",
