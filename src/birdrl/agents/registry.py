@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from birdrl.agents.base import GenerationConfig
+from birdrl.agents.base import Agent, GenerationConfig
 from birdrl.agents.scripted import SCRIPTED_AGENTS, ScriptedAgent
 from birdrl.env.tools import TOOLS
 from birdrl.env.types import Message
@@ -23,7 +22,7 @@ class UnknownAgentError(BirdrlError, ValueError):
 
 def make_agent(
     spec: str, *, mode: str = "agent", generation: GenerationConfig | None = None
-) -> Any:
+) -> Agent:
     """Build the agent that `spec` names (model-backed agents load their model here)."""
     if spec in SCRIPTED_AGENTS:
         return ScriptedAgent(spec, mode=mode)  # type: ignore[arg-type]
@@ -44,7 +43,7 @@ def make_agent(
     raise UnknownAgentError(f"unknown agent {spec!r}; use one of: {AGENT_SPECS}")
 
 
-def token_counter_for(agent: Any) -> Callable[[Sequence[Message]], int] | None:
+def token_counter_for(agent: Agent) -> Callable[[Sequence[Message]], int] | None:
     """The agent's own token count of a conversation (tools included), for the
     environment's context budget; None when the agent has no tokenizer."""
     count = getattr(agent, "count_tokens", None)

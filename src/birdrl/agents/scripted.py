@@ -52,7 +52,7 @@ class ScriptedAgent:
             raise ValueError(f"unknown scripted agent {kind!r}; choose one of {SCRIPTED_AGENTS}")
         self.kind = kind
         self.mode = mode
-        self.name = kind
+        self.name: str = kind
 
     def generate(
         self,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.agents.base import Agent
 from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory
 from birdrl.agents.scripted import ScriptedAgent
@@ -117,7 +118,7 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
 def build_tool_use_sft(
     tasks: Sequence[Task],
     databases: Mapping[str, Path],
-    teacher: Any,
+    teacher: Agent,
     *,
     source: str = "",
     rollout: RolloutConfig | None = None,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from birdrl.agents.base import Agent
 from birdrl.env.sqlact import EnvConfig
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.session import scoring_session
@@ -116,7 +117,7 @@ def run_grpo_stage(
     out_dir: Path,
     config: CurriculumConfig,
     stage_config: GRPOStageConfig,
-    judge: Any = None,
+    judge: Agent | None = None,
     eval_config: EvalConfig | None = None,
     progress: Progress | None = None,
     on_trainer: TrainerHook | None = None,
