@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from birdrl.env.types import ParsedTurn, ToolCall
@@ -139,6 +139,21 @@ _HINT = (
 )
 
 
+def _unknown(name: str, listing: str) -> str:
+    return f"unknown tool {name!r} (available: {listing})"
+
+
+def _verdict(calls: Sequence[ToolCall], problems: Sequence[str], listing: str) -> ParsedTurn:
+    """The calls of known tools, else why none was usable (the model's observation)."""
+    if calls:
+        return ParsedTurn(calls=tuple(calls))
+    if problems:
+        return ParsedTurn(
+            error="Your tool call was not usable: " + "; ".join(problems[:3]) + f". {_HINT}"
+        )
+    return ParsedTurn(error=f"No tool call found in your message. Use one of: {listing}. {_HINT}")
+
+
 def check_calls(
     calls: Iterable[ToolCall], tools: Iterable[str] = ("execute_sql", "submit_solution")
 ) -> ParsedTurn:
@@ -148,15 +163,9 @@ def check_calls(
     allowed = tuple(tools)
     listing = ", ".join(allowed)
     given = list(calls)
-    known = tuple(c for c in given if c.name in allowed)
-    if known:
-        return ParsedTurn(calls=known)
-    if given:
-        problems = [f"unknown tool {c.name!r} (available: {listing})" for c in given[:3]]
-        return ParsedTurn(
-            error="Your tool call was not usable: " + "; ".join(problems) + f". {_HINT}"
-        )
-    return ParsedTurn(error=f"No tool call found in your message. Use one of: {listing}. {_HINT}")
+    known = [c for c in given if c.name in allowed]
+    unknown = [_unknown(c.name, listing) for c in given if c.name not in allowed]
+    return _verdict(known, unknown, listing)
 
 
 def parse_turn(
@@ -165,9 +174,8 @@ def parse_turn(
     """The tool calls in one model turn, or an error message for the model."""
     allowed = tuple(tools)
     listing = ", ".join(allowed)
-    hint = _HINT
     if not isinstance(text, str) or not text.strip():
-        return ParsedTurn(error=f"Your message was empty. {hint}")
+        return ParsedTurn(error=f"Your message was empty. {_HINT}")
     body = text[:MAX_PARSE_CHARS]
     calls: list[ToolCall] = []
     problems: list[str] = []
@@ -184,16 +192,10 @@ def parse_turn(
             if isinstance(call, str):
                 problems.append(call)
             elif call.name not in allowed:
-                problems.append(f"unknown tool {call.name!r} (available: {listing})")
+                problems.append(_unknown(call.name, listing))
             else:
                 calls.append(call)
-    if calls:
-        return ParsedTurn(calls=tuple(calls))
-    if problems:
-        return ParsedTurn(
-            error="Your tool call was not usable: " + "; ".join(problems[:3]) + f". {hint}"
-        )
-    return ParsedTurn(error=f"No tool call found in your message. Use one of: {listing}. {hint}")
+    return _verdict(calls, problems, listing)
 
 
 def sql_argument(call: ToolCall) -> str | list[str] | None:

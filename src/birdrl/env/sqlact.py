@@ -91,8 +91,6 @@ class _Episode:
     report: TestReport | None = None
     submission: list[str] | None = None
     turn_log: list[dict[str, Any]] = field(default_factory=list)
-    parsed: ParsedTurn | None = None
-    """The current turn's parse, for its `turn_log` entry."""
 
 
 class SQLActEnv:
@@ -230,7 +228,6 @@ class SQLActEnv:
         answer), apply the episode's budgets, log the turn."""
         t0 = time.monotonic()
         ep.turns += 1
-        ep.parsed = parsed
         ep.messages.append(message)
         try:
             result = self._answer(ep, answer) if parsed is None else self._act(ep, parsed)
@@ -244,7 +241,7 @@ class SQLActEnv:
                 "seconds": round(time.monotonic() - t0, 6),
                 "tool_calls": result.info.get("tool_calls", 0),
                 "stop_reason": result.stop_reason.value if result.stop_reason else None,
-                **_parse_record(ep.parsed),
+                **_parse_record(parsed),
             }
         )
         if result.done:

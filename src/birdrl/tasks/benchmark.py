@@ -19,6 +19,7 @@ __all__ = [
     "BenchmarkSpecError",
     "bundled_task_file",
     "open_benchmark",
+    "task_file",
 ]
 
 BUNDLED_SPLITS = ("train", "test")
@@ -69,6 +70,13 @@ def bundled_task_file(split: str) -> Path:
     return path
 
 
+def task_file(source: str | Path) -> str | Path:
+    """What `load_tasks` reads for a task source: ``bundled:SPLIT`` is the shipped file of
+    that split; a file path or ``hf:NAME[:SPLIT]`` is itself."""
+    text = str(source)
+    return bundled_task_file(text.split(":", 1)[1]) if text.startswith("bundled:") else source
+
+
 def open_benchmark(
     source: str | Path,
     db_root: str | Path | None = None,
@@ -82,15 +90,14 @@ def open_benchmark(
     `db_root`, a task file's databases live on a database server (e.g. official PostgreSQL
     task files): `databases` stays empty and the caller resolves them there."""
     text = str(source)
+    path = task_file(source)
     if text.startswith("bundled:"):
-        path: str | Path = bundled_task_file(text.split(":", 1)[1])
         if db_root is None:
             from birdrl.tasks.bundled import default_db_root, ensure_databases
 
             ensure_databases()
             db_root = default_db_root()
     else:
-        path = source
         check_task_source(source)  # a missing file is the first thing to report
         if db_root is None and server_databases:
             return Benchmark(text, load_tasks(path, skip_invalid=skip_invalid), {})

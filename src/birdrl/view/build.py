@@ -18,14 +18,10 @@ __all__ = ["build_view", "default_out_dir", "make_server", "resolve_tasks", "ser
 
 def resolve_tasks(spec: str | Path) -> dict[str, Any]:
     """instance_id → task for a task spec (a file, ``hf:NAME[:SPLIT]``, ``bundled:SPLIT``)."""
-    from birdrl.tasks.benchmark import bundled_task_file
+    from birdrl.tasks.benchmark import task_file
     from birdrl.tasks.load import load_tasks
 
-    text = str(spec)
-    path: str | Path = (
-        bundled_task_file(text.split(":", 1)[1]) if text.startswith("bundled:") else text
-    )
-    return {t.instance_id: t for t in load_tasks(path)}
+    return {t.instance_id: t for t in load_tasks(task_file(spec))}
 
 
 def _run_tasks(path: Path) -> tuple[dict[str, Any], str | None]:

@@ -42,8 +42,11 @@ def _write(out: Path, name: str, payload: Any) -> None:
     path.write_text(_script(name, payload), encoding="utf-8")
 
 
-def _index(sources: Sequence[Source], chunk_size: int) -> tuple[dict[str, Any], list[Any]]:
-    """The index (task rows × columns) and the chunk files to write."""
+def _index(
+    sources: Sequence[Source], chunk_size: int
+) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """The index (task rows × columns) and the data files to write besides it (name,
+    payload): the episode chunks and the GRPO groups of each column."""
     rows: dict[str, int] = {}
     ids: list[str] = []
     dbs: list[str | None] = []
@@ -60,7 +63,7 @@ def _index(sources: Sequence[Source], chunk_size: int) -> tuple[dict[str, Any], 
                     queries.append(str(ep.get("query") or "")[:_QUERY_CHARS])
     stops: list[str] = []
     cells: list[dict[str, Any]] = []
-    chunks: list[Any] = []
+    chunks: list[tuple[str, Any]] = []
     out_sources: list[dict[str, Any]] = []
     for s_no, source in enumerate(sources):
         columns = []
@@ -83,9 +86,9 @@ def _index(sources: Sequence[Source], chunk_size: int) -> tuple[dict[str, Any], 
                 chunk[row] = i // chunk_size
                 pending.setdefault(str(chunk[row]), {})[str(row)] = ep
             for number, eps in pending.items():
-                chunks.append((key, f"ep/{key}-{number}", eps))
+                chunks.append((f"ep/{key}-{number}", eps))
             if column.groups:
-                chunks.append((key, f"groups/{key}", column.groups))
+                chunks.append((f"groups/{key}", column.groups))
             cells.append(
                 {"source": s_no, "reward": reward, "outcome": code, "stop": stop, "chunk": chunk}
             )
@@ -124,7 +127,7 @@ def write_site(sources: Sequence[Source], out_dir: str | Path, *, chunk_size: in
     for name in STATIC_FILES:
         (out / name).write_bytes((static / name).read_bytes())
     index, chunks = _index(sources, max(1, chunk_size))
-    for _key, name, payload in chunks:
+    for name, payload in chunks:
         _write(out, name, payload)
     _write(out, "index", index)
     return out / "index.html"

@@ -8,7 +8,7 @@
 (function () {
   const cache = Object.create(null);
   const waiting = Object.create(null);
-  const timings = (window.birdrlTimings = { start: performance.now() });
+  const timings = (window.birdrlTimings = {}); // ms: per page drawn, filter, index/ready since navigation start
 
   window.birdrlData = function (name, payload) {
     cache[name] = payload;
@@ -470,6 +470,7 @@
       tbody.append(frag);
       shown = end;
       more.hidden = shown >= rows.length;
+      count.textContent = `${rows.length} of ${t.id.length} tasks` + (rows.length > shown ? ` (first ${shown} shown)` : "");
     }
 
     function apply() {
@@ -481,18 +482,13 @@
       shown = 0;
       tbody.replaceChildren();
       renderMore();
-      count.textContent = `${rows.length} of ${t.id.length} tasks` + (rows.length > shown ? ` (first ${shown} shown)` : "");
       const query = new URLSearchParams();
       for (const [k, v] of Object.entries(f)) if (v) query.set(k, v === true ? "1" : v);
       history.replaceState(null, "", "#/tasks" + (query.toString() ? "?" + query : ""));
       timings.filter = performance.now() - t0;
-      table.dataset.filtered = String(rows.length);
     }
 
-    more.addEventListener("click", () => {
-      renderMore();
-      count.textContent = `${rows.length} of ${t.id.length} tasks` + (rows.length > shown ? ` (first ${shown} shown)` : "");
-    });
+    more.addEventListener("click", renderMore);
     controls.q.addEventListener("input", apply);
     for (const k of ["category", "db", "col", "outcome", "stop", "changed"]) controls[k].addEventListener("change", apply);
     page.append(
@@ -678,7 +674,7 @@
     return wrap;
   }
 
-  function episodeView(ep, c, r) {
+  function episodeView(ep) {
     const wrap = h("div", { class: "episode" });
     wrap.append(h("div", { class: "facts" },
       outcomeBadge(ep.outcome), badge("reward " + num(ep.reward)), badge("stop: " + ep.stop_reason),
@@ -718,7 +714,7 @@
       page.append(note("This task has no episode in this column (it was not run there).", "warn"));
       return page;
     }
-    page.append(episodeView(ep, c, r));
+    page.append(episodeView(ep));
     return page;
   }
 
@@ -821,13 +817,14 @@
     for (let r = 0; r < INDEX.tasks.id.length; r++) {
       if (A.outcome[r] === none || B.outcome[r] === none) continue;
       both += 1;
+      const better = progress(A, B, r); // at equal reward: the outcome's rank
       let kind = null;
       if (A.outcome[r] !== solved && B.outcome[r] === solved) kind = "fixed";
       else if (A.outcome[r] === solved && B.outcome[r] !== solved) kind = "regressed";
       else if (B.reward[r] > A.reward[r]) kind = "reward up";
       else if (B.reward[r] < A.reward[r]) kind = "reward down";
-      else if (progress(A, B, r) > 0) kind = "better outcome"; // e.g. now it submits
-      else if (progress(A, B, r) < 0) kind = "worse outcome";
+      else if (better > 0) kind = "better outcome"; // e.g. now it submits
+      else if (better < 0) kind = "worse outcome";
       else if (A.outcome[r] !== B.outcome[r]) kind = "other change"; // to or from an infra error
       if (kind) flips[kind].push(r);
     }
@@ -838,8 +835,8 @@
       const [ea, eb] = await Promise.all([loadEpisode(a, row), loadEpisode(b, row)]);
       page.append(h("h3", {}, INDEX.tasks.id[row]),
         h("div", { class: "side" },
-          h("div", {}, h("h4", {}, cellLabel(a)), ea ? episodeView(ea, a, row) : note("not run in this column")),
-          h("div", {}, h("h4", {}, cellLabel(b)), eb ? episodeView(eb, b, row) : note("not run in this column"))));
+          h("div", {}, h("h4", {}, cellLabel(a)), ea ? episodeView(ea) : note("not run in this column")),
+          h("div", {}, h("h4", {}, cellLabel(b)), eb ? episodeView(eb) : note("not run in this column"))));
       return page;
     }
     if (!changed) {
