@@ -26,7 +26,7 @@ pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
 
 from birdrl.evaluation.evaluator import EvalConfig  # noqa: E402
 from birdrl.tasks.model import Task  # noqa: E402
-from birdrl.training.common import StageOutput  # noqa: E402
+from birdrl.training.common import StageJob, StageOutput  # noqa: E402
 from birdrl.training.config import (  # noqa: E402
     GRPOStageConfig,
     SFTStageConfig,
@@ -34,7 +34,7 @@ from birdrl.training.config import (  # noqa: E402
     load_preset,
 )
 from birdrl.training.diagnostics import summarize, verdicts  # noqa: E402
-from birdrl.training.grpo import run_grpo_stage  # noqa: E402
+from birdrl.training.grpo import SingleTurnRollouts, run_grpo_stage  # noqa: E402
 from birdrl.training.sft import run_sft_stage  # noqa: E402
 from birdrl.training.tiny import build_tiny_model  # noqa: E402
 
@@ -94,12 +94,14 @@ def warm_start(root: Path) -> dict[str, Any]:
         max_steps=150, learning_rate=1e-2, batch_size=8, grad_accum=1, max_length=256
     )
     out = run_sft_stage(
-        stage=1,
-        model_path=model,
-        rows=rows,
-        out_dir=root / "sft",
-        config=_config(),
-        stage_config=stage,
+        StageJob(
+            stage=1,
+            model_path=model,
+            rows=rows,
+            out_dir=root / "sft",
+            config=_config(),
+            stage_config=stage,
+        )
     )
     return {"root": root, "db": db, "model": out.model_dir}
 
@@ -125,17 +127,21 @@ def _grpo(
     )
     started = time.monotonic()
     output = run_grpo_stage(
-        stage=3,
-        model_path=warm["model"],
-        rows=_rows(),
-        tasks=_tasks(solution),
-        databases={"toy": warm["db"]},
-        out_dir=warm["root"] / name,
-        config=_config(),
-        stage_config=stage,
-        eval_config=EvalConfig(workers=2),
-        progress=messages.append,
-        on_trainer=on_trainer,
+        StageJob(
+            stage=3,
+            model_path=warm["model"],
+            rows=_rows(),
+            out_dir=warm["root"] / name,
+            config=_config(),
+            stage_config=stage,
+            progress=messages.append,
+            on_trainer=on_trainer,
+        ),
+        SingleTurnRollouts(
+            tasks=_tasks(solution),
+            databases={"toy": warm["db"]},
+            eval_config=EvalConfig(workers=2),
+        ),
     )
     return output, messages, time.monotonic() - started
 

@@ -8,8 +8,9 @@
   passes every test, exported as conversational data with ``tools`` in the format TRL's
   ``SFTTrainer`` reads (assistant ``tool_calls`` with dict arguments, ``tool`` messages).
 * **Stages 3 and 4 (RL prompts)**: one row per task with the opening conversation
-  (single-turn for stage 3, agentic for stage 4) and the columns the reward and the
-  environment need to find the task again (``instance_id``, ``db_id``, ``category``).
+  (single-turn for stage 3, agentic for stage 4, with ``tools`` unless asked not to) and
+  the columns the reward and the environment need to find the task again
+  (``instance_id``, ``db_id``, ``category``).
 
 Each builder writes ``data.jsonl`` (``datasets.load_dataset("json", ...)`` reads it) and a
 ``README.md`` card: counts, the filter applied, and why rows were rejected.
@@ -161,9 +162,13 @@ def build_rl_prompts(
     source: str = "",
     sample_rows: int = 3,
     budget_chars: int = 8000,
+    with_tools: bool = True,
 ) -> StageDataset:
     """Stages 3 (single-turn) and 4 (agentic): the opening conversation of each task and the
-    keys the reward function and environment use to find the task."""
+    keys the reward function and environment use to find the task. Stage-4 rows carry the
+    tool schemas as ``tools`` for trainers that read them from the data; ``with_tools=False``
+    leaves them out for one that takes its tools elsewhere (TRL's ``environment_factory``
+    derives them from the environment's methods)."""
     if stage not in (3, 4):
         raise ValueError(f"RL prompt datasets are stages 3 and 4, not {stage}")
     data = StageDataset(stage, [], source or "tasks")
@@ -188,7 +193,7 @@ def build_rl_prompts(
             "db_id": task.db_id,
             "category": task.category.value,
         }
-        if stage == 4:
+        if stage == 4 and with_tools:
             row["tools"] = [dict(t) for t in TOOLS]
         data.rows.append(row)
     return data

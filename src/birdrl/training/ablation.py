@@ -127,7 +127,9 @@ def run_ablation(
     """Run every variant (see the module docstring); resumable: a variant directory that
     holds finished stages continues from them. `run` is `run_curriculum` (injectable)."""
     if run is None:
-        from birdrl.training.curriculum import run_curriculum as run
+        from birdrl.training.curriculum import run_curriculum
+
+        run = run_curriculum
     say = progress or (lambda _msg: None)
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)

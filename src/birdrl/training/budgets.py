@@ -140,7 +140,13 @@ def check_budgets(
     whose data is missing is left out."""
 
     def runs(stage: int) -> bool:
-        return stage in stages and getattr(config, f"stage{stage}").enabled
+        enabled = {
+            1: config.stage1.enabled,
+            2: config.stage2.enabled,
+            3: config.stage3.enabled,
+            4: config.stage4.enabled,
+        }
+        return stage in stages and enabled[stage]
 
     wanted: list[tuple[bool, str, list[int], str, str]] = []
     if rows.get(1):

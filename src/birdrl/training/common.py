@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
 from birdrl.training.distributed import BARRIER_TIMEOUT_S
 from birdrl.training.models import use_cuda
 
 __all__ = [
+    "StageJob",
     "StageOutput",
     "TrainerHook",
     "common_args",
@@ -29,6 +30,25 @@ __all__ = [
 Progress = Callable[[str], None]
 TrainerHook = Callable[[Any], None]
 """Called with the built trainer just before training (extra callbacks, inspection)."""
+SettingsT = TypeVar("SettingsT", bound=SFTStageConfig | GRPOStageConfig)
+
+
+@dataclass(frozen=True)
+class StageJob(Generic[SettingsT]):
+    """One stage's training as both trainers take it: start from `model_path`, train on
+    `rows` with `stage_config`, write under `out_dir` (``trainer/`` the checkpoints,
+    ``model/`` the result). One object instead of a long parameter list, so the SFT and
+    GRPO entry points stay small and take the same inputs."""
+
+    stage: int
+    """The stage's number; it only labels progress lines, warnings and temporary names."""
+    model_path: Path | str
+    rows: Sequence[dict[str, Any]]
+    out_dir: Path
+    config: CurriculumConfig
+    stage_config: SettingsT
+    progress: Progress | None = None
+    on_trainer: TrainerHook | None = None
 
 
 @dataclass

@@ -1,13 +1,13 @@
-"""The four-stage curriculum end to end: build each stage's data, train, evaluate on the
+"""The four-stage curriculum end to end: for each stage of
+`birdrl.training.stages.CURRICULUM` in order, build its data, train, evaluate on the
 held-out split, record, report.
 
 A run directory holds ``config.json``, one ``stageN/`` folder per stage (``data/`` with
-the stage dataset and its card, ``model/`` the trained model, ``eval_trajectories.jsonl`` the held-out episodes,
-``record.json`` once the
-stage is finished and evaluated, ``trainer/runs/`` the tensorboard logs) and ``report.md`` with
-``plots/``. Each stage starts from the previous stage's ``model/``; with ``resume`` a
-stage that has its ``record.json`` is skipped and an interrupted stage continues from its
-last checkpoint.
+the stage dataset and its card, ``model/`` the trained model, ``eval_trajectories.jsonl``
+the held-out episodes, ``record.json`` once the stage is finished and evaluated,
+``trainer/runs/`` the tensorboard logs) and ``report.md`` with ``plots/``. Each stage
+starts from the previous stage's ``model/``; with ``resume`` a stage that has its
+``record.json`` is skipped and an interrupted stage continues from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -22,17 +22,9 @@ from typing import Any
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent
-from birdrl.agents.registry import make_agent
 from birdrl.agents.rollout import RolloutConfig, Trajectory, write_trajectories
-from birdrl.data.difficulty import easy_first, issue_sql_credit
-from birdrl.data.stages import (
-    StageDataset,
-    build_reasoning_sft,
-    build_rl_prompts,
-    build_tool_use_sft,
-)
-from birdrl.data.teachers import LLMTeacher, OfflineTeacher
-from birdrl.env.prompts import build_text2sql_messages
+from birdrl.data.difficulty import issue_sql_credit
+from birdrl.data.stages import StageDataset
 from birdrl.env.sqlact import EnvConfig
 from birdrl.env.types import StopReason
 from birdrl.evaluation.evaluator import EvalConfig
@@ -41,11 +33,10 @@ from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.subset import stratified_subset
 from birdrl.training.allocator import keep_freed_memory
 from birdrl.training.budgets import BudgetCheck, check_budgets
-from birdrl.training.common import StageOutput
+from birdrl.training.common import StageJob, StageOutput
 from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
 from birdrl.training.distributed import dist_context
 from birdrl.training.environment import tool_schemas
-from birdrl.training.grpo import mix_text2sql, run_grpo_stage
 from birdrl.training.models import (
     load_policy,
     load_tokenizer,
@@ -54,7 +45,7 @@ from birdrl.training.models import (
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
-from birdrl.training.sft import run_sft_stage
+from birdrl.training.stages import CURRICULUM, Stage, curriculum_stage
 from birdrl.view.build import build_view
 
 __all__ = [
@@ -66,13 +57,7 @@ __all__ = [
     "run_curriculum",
 ]
 
-STAGE_NAMES = {
-    0: "base model",
-    1: "reasoning SFT",
-    2: "tool-use SFT",
-    3: "single-turn GRPO",
-    4: "multi-turn GRPO",
-}
+STAGE_NAMES = {0: "base model", **{stage.number: stage.name for stage in CURRICULUM}}
 Progress = Callable[[str], None]
 EpisodeProgress = Callable[[str, int, int], None]
 """``(label, done, total)``: episodes of a countable piece of work (a held-out evaluation,
@@ -97,8 +82,8 @@ def parse_stages(spec: str) -> list[int]:
             first, last = int(lo), int(hi) if sep else int(lo)
         except ValueError:
             raise ConfigError(f"stages {spec!r}: expected e.g. 1-4, 3 or 1,2") from None
-        if not 1 <= first <= last <= 4:
-            raise ConfigError(f"stages {spec!r}: stages are numbered 1 to 4")
+        if not 1 <= first <= last <= len(CURRICULUM):
+            raise ConfigError(f"stages {spec!r}: stages are numbered 1 to {len(CURRICULUM)}")
         out.update(range(first, last + 1))
     return sorted(out)
 
@@ -189,7 +174,8 @@ def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
 
 
 class _Run:
-    """One curriculum run; keeps the loaded benchmarks and the records."""
+    """One curriculum run; keeps the loaded benchmarks and the records, and is the
+    `StageContext` its stages read them through."""
 
     def __init__(
         self,
@@ -337,146 +323,41 @@ class _Run:
         )
         return report
 
-    # -- stage data -------------------------------------------------------------------------
-
     def stage_data(self, stage: int) -> StageDataset:
-        cfg, stage_cfg = self.config, getattr(self.config, f"stage{stage}")
-        dbs = self.train.databases
-        if stage >= 3 and stage_cfg.task_order == "easy-first":
-            credit = self.issue_credit
-            tasks = easy_first(self.debug_tasks, credit, stage_cfg.max_samples, cfg.seed)
-            easy = sum(credit.get(t.instance_id, 0.0) > 0 for t in tasks)
-            self.say(f"stage {stage}: easy first: {easy} of {len(tasks)} tasks earn partial credit")
-        else:
-            tasks = stratified_subset(self.debug_tasks, stage_cfg.max_samples, cfg.seed)
-        prompt = cfg.prompt
-        self.say(f"stage {stage}: building the dataset from {len(tasks)} tasks")
-        if stage == 1:
-            spec = stage_cfg.teacher
-            teacher = (
-                OfflineTeacher()
-                if spec == "offline"
-                else LLMTeacher(make_agent(spec), self.run_dir / "teacher-cache")
-            )
-            return build_reasoning_sft(
-                tasks,
-                dbs,
-                teacher,
-                source=f"{cfg.tasks}, teacher {spec}",
-                eval_config=self.eval_config,
-                progress=self.counter(f"stage 1: teacher ({spec})", len(tasks)),
-                sample_rows=prompt.sample_rows,
-                budget_chars=prompt.schema_budget_chars,
-            )
-        if stage == 2:
-            env = EnvConfig(
-                mode="agent",
-                schema_budget_chars=prompt.schema_budget_chars,
-                sample_rows=prompt.sample_rows,
-            )
-            return build_tool_use_sft(
-                tasks,
-                dbs,
-                make_agent(stage_cfg.teacher),
-                source=f"{cfg.tasks}, teacher {stage_cfg.teacher}",
-                rollout=RolloutConfig(env=env),
-                eval_config=self.eval_config,
-                progress=self.counter(f"stage 2: teacher ({stage_cfg.teacher})", len(tasks)),
-            )
-        data = build_rl_prompts(
-            tasks,
-            dbs,
-            stage=stage,
-            source=cfg.tasks,
-            sample_rows=prompt.sample_rows,
-            budget_chars=prompt.schema_budget_chars,
-        )
-        for row in data.rows:
-            row.pop("tools", None)  # stage 4: the environment's methods are the tools
-            row["kind"] = "debug"
-        if stage == 3 and self.text2sql:
-            before = len(data.rows)
-            data.rows = mix_text2sql(
-                data.rows, self.text2sql_rows(), stage_cfg.text2sql_ratio, cfg.seed
-            )
-            data.notes.append(
-                f"mixed in {len(data.rows) - before} text-to-SQL prompts from "
-                f"{cfg.text2sql_tasks} ({stage_cfg.text2sql_ratio:g}:1), scored by execution accuracy"
-            )
-        return data
+        """Stage `stage`'s dataset, built now."""
+        return curriculum_stage(stage).build_data(self)
 
-    def text2sql_rows(self) -> list[dict[str, Any]]:
-        assert self.text2sql_bench is not None
-        prompt = self.config.prompt
-        return [
-            {
-                "prompt": build_text2sql_messages(
-                    t,
-                    self.text2sql_bench.databases[t.db_id],
-                    sample_rows=prompt.sample_rows,
-                    budget_chars=prompt.schema_budget_chars,
-                ),
-                "instance_id": t.instance_id,
-                "db_id": t.db_id,
-                "category": "text2sql",
-                "kind": "text2sql",
-            }
-            for t in self.text2sql
-        ]
-
-    # -- stages -----------------------------------------------------------------------------
-
-    def train_stage(self, stage: int, model: Path | str) -> StageOutput:
-        cfg = self.config
-        stage_cfg = getattr(cfg, f"stage{stage}")
-        out_dir = self.run_dir / f"stage{stage}"
+    def train_stage(self, stage: Stage[Any], model: Path | str) -> StageOutput:
+        """Write (or reuse) the stage's dataset on the main process, then train on it on
+        every process, starting from `model`."""
+        n = stage.number
+        out_dir = self.run_dir / f"stage{n}"
+        data_path = self.data_path(n)
         if self.dist.is_main:  # the others read what it wrote (teachers are not asked twice)
-            data = self.built.pop(stage, None)
-            if data is None and self.data_path(stage).is_file():
-                self.say(f"stage {stage}: reusing the dataset in {self.data_path(stage).parent}")
+            data = self.built.pop(n, None)
+            if data is None and data_path.is_file():
+                self.say(f"stage {n}: reusing the dataset in {data_path.parent}")
             else:
-                data = data or self.stage_data(stage)
+                data = data or stage.build_data(self)
                 data.write(out_dir / "data")
                 if not data.rows:
-                    raise ConfigError(
-                        f"stage {stage}: the dataset is empty ({dict(data.rejected)})"
-                    )
+                    raise ConfigError(f"stage {n}: the dataset is empty ({dict(data.rejected)})")
         self.dist.barrier()
-        with open(self.data_path(stage), encoding="utf-8") as f:
+        with open(data_path, encoding="utf-8") as f:
             rows = [json.loads(line) for line in f]
         if not rows:
-            raise ConfigError(f"stage {stage}: the dataset {self.data_path(stage)} is empty")
-        self.say(f"stage {stage} ({STAGE_NAMES[stage]}): training on {len(rows)} rows")
+            raise ConfigError(f"stage {n}: the dataset {data_path} is empty")
+        self.say(f"stage {n} ({stage.name}): training on {len(rows)} rows")
         hook = None
         if self.on_trainer is not None:
             user_hook = self.on_trainer
 
             def hook(trainer: Any) -> None:
-                user_hook(stage, trainer)
+                user_hook(n, trainer)
 
-        common: dict[str, Any] = {
-            "stage": stage,
-            "model_path": model,
-            "rows": rows,
-            "out_dir": out_dir,
-            "config": cfg,
-            "stage_config": stage_cfg,
-            "progress": self.say,
-            "on_trainer": hook,
-        }
-        if stage in (1, 2):
-            return run_sft_stage(**common)
-        tasks: dict[str, Task | TextToSQLTask] = {t.instance_id: t for t in self.debug_tasks}
-        databases = dict(self.train.databases)
-        if self.text2sql_bench is not None:
-            tasks.update({t.instance_id: t for t in self.text2sql})
-            databases.update(self.text2sql_bench.databases)
-        judge = (
-            make_agent(stage_cfg.judge) if stage_cfg.reward == "judge" and stage_cfg.judge else None
-        )
-        return run_grpo_stage(
-            **common, tasks=tasks, databases=databases, judge=judge, eval_config=self.eval_config
-        )
+        settings = stage.settings(self.config)
+        job = StageJob(n, model, rows, out_dir, self.config, settings, self.say, hook)
+        return stage.train(self, job)
 
     def evaluate(self, stage: int, model: Path | str) -> dict[str, Any] | None:
         """Evaluate on the main process (the others wait at the next barrier)."""
@@ -557,9 +438,11 @@ def run_curriculum(
         model: Path | str = resolve_training_model(config.model)
     if dist.is_main:  # before the first evaluation: a misfit is reported in seconds
         pending = [
-            s
-            for s in selected
-            if getattr(config, f"stage{s}").enabled and state.load_record(s) is None
+            s.number
+            for s in CURRICULUM
+            if s.number in selected
+            and s.settings(config).enabled
+            and state.load_record(s.number) is None
         ]
         state.check_budgets(model, pending)
     if config.evaluation.base_model:
@@ -576,24 +459,23 @@ def run_curriculum(
             state.records.append(record)
         state.report()
         dist.barrier()
-    for stage in range(1, 5):
-        stage_cfg = getattr(config, f"stage{stage}")
-        previous = state.load_record(stage)
+    for stage in CURRICULUM:
+        previous = state.load_record(stage.number)
         if previous is not None:
-            state.say(f"stage {stage}: finished earlier, skipped (resume)")
-            skipped.append(stage)
+            state.say(f"stage {stage.number}: finished earlier, skipped (resume)")
+            skipped.append(stage.number)
             state.save_record(previous)
             model = previous.model_dir
             continue
-        if stage not in selected or not stage_cfg.enabled:
+        if stage.number not in selected or not stage.settings(config).enabled:
             continue
         output = state.train_stage(stage, model)
         model = output.model_dir
-        evaluation = state.evaluate(stage, model)
+        evaluation = stage.evaluate(state, model)
         record = StageRecord(
-            stage,
-            STAGE_NAMES[stage],
-            "sft" if stage <= 2 else "grpo",
+            stage.number,
+            stage.name,
+            stage.kind,
             str(model),
             output.seconds,
             output.log_history,

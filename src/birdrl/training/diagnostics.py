@@ -79,7 +79,8 @@ class WeightTracker:
         lora_params: set[int] = set()
         with torch.no_grad():
             for module in model.modules():
-                a_dict, b_dict = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+                a_dict = getattr(module, "lora_A", None)
+                b_dict: Any = getattr(module, "lora_B", None)  # peft's ModuleDict, as lora_A
                 if not isinstance(a_dict, torch.nn.ModuleDict) or not a_dict:
                     continue
                 base = getattr(module, "base_layer", module)
@@ -88,7 +89,8 @@ class WeightTracker:
                     continue
                 effective = weight.detach().float().clone()
                 for name in a_dict:
-                    a, b = a_dict[name].weight, b_dict[name].weight
+                    a: Any = a_dict[name].weight  # a Parameter (torch types it Tensor | Module)
+                    b: Any = b_dict[name].weight
                     if a.dim() != 2 or not a.requires_grad:
                         continue
                     scale = float(module.scaling[name])

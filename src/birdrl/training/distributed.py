@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig
 
@@ -137,8 +136,7 @@ def plan_run(
 ) -> DistributedPlan:
     """The distributed plan of `config` over `world_size` processes."""
     prompts: dict[int, int] = {}
-    for n in (3, 4):
-        stage: Any = getattr(config, f"stage{n}")
+    for n, stage in ((3, config.stage3), (4, config.stage4)):
         total = stage.batch_size * stage.grad_accum * world_size
         prompts[n] = max(1, total // max(1, stage.num_generations))
     return DistributedPlan(

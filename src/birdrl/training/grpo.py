@@ -1,13 +1,15 @@
-"""Stages 3 and 4: GRPO with TRL's ``GRPOTrainer``.
+"""Stages 3 and 4: GRPO with TRL's ``GRPOTrainer``. `run_grpo_stage` is the same for both;
+a `Rollouts` object says how completions are produced and scored:
 
-* **Stage 3 (single-turn)**: one answer per prompt, scored by a reward function (default:
-  the execution reward, the evaluator's test pass rate; text-to-SQL rows mixed in by
-  `mix_text2sql` are scored by execution accuracy).
-* **Stage 4 (trajectory-level, multi-turn)**: the policy plays whole episodes with
-  ``execute_sql`` / ``submit_solution`` in the SQL-Act environment (`SQLActToolEnv` through
-  ``environment_factory``); the reward of an episode is its submission's pass rate, and the
-  tool results inside the episode are masked from the loss by TRL. The reference policy of
-  the KL term is the model the stage starts from, i.e. stage 3's output.
+* `SingleTurnRollouts` (stage 3): one answer per prompt, scored by a registered reward
+  function (default: the execution reward, the evaluator's test pass rate; text-to-SQL
+  rows mixed in by `mix_text2sql` are scored by execution accuracy).
+* `EpisodeRollouts` (stage 4, trajectory-level multi-turn): the policy plays whole
+  episodes with ``execute_sql`` / ``submit_solution`` in the SQL-Act environment
+  (`SQLActToolEnv` through ``environment_factory``); the reward of an episode is its
+  submission's pass rate, and the tool results inside the episode are masked from the loss
+  by TRL. The reference policy of the KL term is the model the stage starts from, i.e.
+  stage 3's output.
 """
 
 from __future__ import annotations
@@ -17,19 +19,22 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from birdrl.agents.base import Agent
+from birdrl.db.pool import ReplicaPool
 from birdrl.env.sqlact import EnvConfig
-from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.training.common import (
-    Progress,
+    StageJob,
     StageOutput,
-    TrainerHook,
     common_args,
     finish_stage,
     last_checkpoint,
@@ -45,12 +50,20 @@ from birdrl.training.diagnostics import (
     weight_note,
 )
 from birdrl.training.distributed import dist_context, episodes_per_rank
-from birdrl.training.environment import ToolEnvSession
+from birdrl.training.environment import EpisodeStats, ToolEnvSession
 from birdrl.training.groups import group_log_callback
 from birdrl.training.models import autocast_generation, load_policy, load_tokenizer, use_cuda
 from birdrl.training.rewards import make_reward
 
-__all__ = ["mix_text2sql", "run_grpo_stage"]
+__all__ = [
+    "EpisodeRollouts",
+    "PoolPlan",
+    "RolloutInputs",
+    "Rollouts",
+    "SingleTurnRollouts",
+    "mix_text2sql",
+    "run_grpo_stage",
+]
 
 
 def mix_text2sql(
@@ -107,126 +120,214 @@ def _grpo_args(
     )
 
 
-def run_grpo_stage(
-    *,
-    stage: int,
-    model_path: Path | str,
-    rows: Sequence[dict[str, Any]],
-    tasks: Mapping[str, Task | TextToSQLTask],
-    databases: Mapping[str, Path],
-    out_dir: Path,
-    config: CurriculumConfig,
-    stage_config: GRPOStageConfig,
-    judge: Agent | None = None,
-    eval_config: EvalConfig | None = None,
-    progress: Progress | None = None,
-    on_trainer: TrainerHook | None = None,
-) -> StageOutput:
-    """Train `model_path` with GRPO on `rows`; stage 4 plays episodes in the environment."""
+@dataclass(frozen=True)
+class PoolPlan:
+    """The replica pool a GRPO stage scores on (`scoring_session`'s arguments)."""
+
+    replicas_per_db: int = 1
+    pool_root: Path | None = None
+    """A pool on disk shared by every rank (one partition each); None: a temporary one."""
+    workers: int = 1
+    worker_id: int | None = None
+
+
+@dataclass(frozen=True)
+class RolloutInputs:
+    """What a rollout mode hands the trainer: its ``GRPOTrainer`` arguments
+    (``reward_funcs`` or ``environment_factory``) and, for episodes, their counters (the
+    diagnostics read them)."""
+
+    trainer_kwargs: dict[str, Any]
+    episode_stats: EpisodeStats | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rollouts(ABC):
+    """How a GRPO stage's completions are produced and scored; everything that differs
+    between single-turn and multi-turn GRPO lives in a subclass, so `run_grpo_stage` has
+    no branch on the mode."""
+
+    databases: Mapping[str, Path]
+    """db_id -> template of every database the rows name."""
+    eval_config: EvalConfig | None = None
+    multi_turn: ClassVar[bool]
+    """Whether TRL runs its tool loop (bounded by ``max_tool_calls``)."""
+
+    def pool_plan(self, job: StageJob[GRPOStageConfig]) -> PoolPlan:
+        """One replica per database in a temporary pool: scoring needs no more."""
+        return PoolPlan()
+
+    @abstractmethod
+    def attach(
+        self,
+        job: StageJob[GRPOStageConfig],
+        pool: ReplicaPool,
+        evaluator: Evaluator,
+        notes: list[str],
+    ) -> AbstractContextManager[RolloutInputs]:
+        """The trainer's inputs for the stage's duration; on exit (training over, or
+        failed) whatever was opened is closed, and on success what the rollouts saw is
+        added to `notes`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleTurnRollouts(Rollouts):
+    """One answer per prompt, scored by the registered reward ``stage_config.reward``."""
+
+    tasks: Mapping[str, Task | TextToSQLTask]
+    """instance_id -> task of every row (debugging and text-to-SQL)."""
+    judge: Agent | None = None
+    """The LLM judge of ``reward = "judge"``."""
+    multi_turn: ClassVar[bool] = False
+
+    @contextmanager
+    def attach(
+        self,
+        job: StageJob[GRPOStageConfig],
+        pool: ReplicaPool,
+        evaluator: Evaluator,
+        notes: list[str],
+    ) -> Iterator[RolloutInputs]:
+        reward = make_reward(
+            job.stage_config.reward, tasks=self.tasks, evaluator=evaluator, judge=self.judge
+        )
+        yield RolloutInputs({"reward_funcs": [reward]})
+        metrics = getattr(reward, "metrics", None)
+        if metrics is not None:
+            figures = ", ".join(f"{k} {v:.3g}" for k, v in metrics().items())
+            notes.append(f"{reward.__name__}: {figures}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeRollouts(Rollouts):
+    """Whole episodes in the SQL-Act environment, each rewarded by its submission's pass
+    rate. Every rank plays on its own partition of one pool on disk, with as many replicas
+    per database as it has episodes in flight."""
+
+    tasks: Mapping[str, Task]
+    """instance_id -> debugging task of every row."""
+    multi_turn: ClassVar[bool] = True
+
+    def pool_plan(self, job: StageJob[GRPOStageConfig]) -> PoolPlan:
+        dist = dist_context()
+        return PoolPlan(
+            replicas_per_db=episodes_per_rank(job.stage_config),
+            pool_root=job.out_dir / "pool",
+            workers=dist.world_size,
+            worker_id=dist.rank,  # worker id = global rank
+        )
+
+    @contextmanager
+    def attach(
+        self,
+        job: StageJob[GRPOStageConfig],
+        pool: ReplicaPool,
+        evaluator: Evaluator,
+        notes: list[str],
+    ) -> Iterator[RolloutInputs]:
+        config, stage_config = job.config, job.stage_config
+        rank = dist_context().rank
+        env_config = EnvConfig(
+            mode="agent",
+            max_tool_calls=stage_config.max_tool_calls,
+            max_context_tokens=None,  # TRL bounds the episode by max_completion_length
+            schema_budget_chars=config.prompt.schema_budget_chars,
+            sample_rows=config.prompt.sample_rows,
+        )
+        session = ToolEnvSession(
+            self.tasks,
+            pool,
+            evaluator,
+            env_config,
+            prefix=f"r{rank}-s{job.stage}",  # globally unique trajectory ids
+            worker_id=rank,
+            verify_clean=config.verify_clean_leases,
+        )
+        if stage_config.reward != "execution":
+            notes.append(
+                f"stage 4 rewards episodes by execution; reward {stage_config.reward!r} "
+                "is used for stage 3 only"
+            )
+        try:
+            yield RolloutInputs({"environment_factory": session.factory}, session.stats)
+        finally:
+            session.close()
+        _note_episodes(session.stats, job.out_dir, notes)
+
+
+def _note_episodes(stats: EpisodeStats, out_dir: Path, notes: list[str]) -> None:
+    """Write this rank's episode counters (``episodes-rankN.json``) and note them."""
+    dist = dist_context()
+    (out_dir / f"episodes-rank{dist.rank}.json").write_text(
+        json.dumps(stats.to_dict(), indent=1), encoding="utf-8"
+    )
+    where = f"rank {dist.rank}: " if dist.distributed else ""
+    notes.append(
+        f"{where}episodes {stats.episodes}: submitted {stats.submitted}, solved "
+        f"{stats.solved}, tool calls {stats.tool_calls}, infrastructure errors "
+        f"{stats.infra_errors}"
+    )
+
+
+def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageOutput:
+    """Train ``job.model_path`` with GRPO on ``job.rows``; `rollouts` produces and scores
+    the completions (single answers, or episodes in the environment)."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
     started = time.monotonic()
+    config, stage_config, out_dir, stage = job.config, job.stage_config, job.out_dir, job.stage
     out_dir.mkdir(parents=True, exist_ok=True)
-    multi_turn = stage == 4
-    tokenizer, notes = load_tokenizer(model_path)
-    notes.insert(0, f"started from {model_path}")
-    args = _grpo_args(config, stage_config, out_dir, multi_turn)
-    used = {row["db_id"]: databases[row["db_id"]] for row in rows}
+    tokenizer, notes = load_tokenizer(job.model_path)
+    notes.insert(0, f"started from {job.model_path}")
+    args = _grpo_args(config, stage_config, out_dir, rollouts.multi_turn)
+    used = {row["db_id"]: rollouts.databases[row["db_id"]] for row in job.rows}
+    plan = rollouts.pool_plan(job)
     dist = dist_context()
     with scoring_session(
         used,
-        replicas_per_db=episodes_per_rank(stage_config) if multi_turn else 1,
-        eval_config=eval_config,
+        replicas_per_db=plan.replicas_per_db,
+        eval_config=rollouts.eval_config,
         prefix=f"birdrl-stage{stage}-",
-        # stage 4: one pool on disk, one partition per rank (worker id = global rank)
-        pool_root=out_dir / "pool" if multi_turn else None,
-        workers=dist.world_size if multi_turn else 1,
-        worker_id=dist.rank if multi_turn else None,
+        pool_root=plan.pool_root,
+        workers=plan.workers,
+        worker_id=plan.worker_id,
     ) as (pool, evaluator):
-        kwargs: dict[str, Any] = {}
-        session = None
-        reward = None
-        if multi_turn:
-            debug_tasks = {k: t for k, t in tasks.items() if isinstance(t, Task)}
-            env_config = EnvConfig(
-                mode="agent",
-                max_tool_calls=stage_config.max_tool_calls,
-                max_context_tokens=None,  # TRL bounds the episode by max_completion_length
-                schema_budget_chars=config.prompt.schema_budget_chars,
-                sample_rows=config.prompt.sample_rows,
+        with rollouts.attach(job, pool, evaluator, notes) as inputs:
+            trainer = GRPOTrainer(
+                model=load_policy(job.model_path, config.dtype),
+                args=args,
+                train_dataset=Dataset.from_list(list(job.rows)),
+                processing_class=tokenizer,
+                peft_config=lora_config(config),
+                callbacks=[progress_callback(job.progress, f"stage {stage}")],
+                **inputs.trainer_kwargs,
             )
-            session = ToolEnvSession(
-                debug_tasks,
-                pool,
-                evaluator,
-                env_config,
-                prefix=f"r{dist.rank}-s{stage}",  # globally unique trajectory ids
-                worker_id=dist.rank,
-                verify_clean=config.verify_clean_leases,
+            diagnostics = diagnostics_callback(
+                trainer,
+                stage,
+                "grpo",
+                episode_stats=inputs.episode_stats,
+                no_signal_steps=stage_config.no_signal_steps,
+                warn=job.progress,
             )
-            kwargs["environment_factory"] = session.factory
-            if stage_config.reward != "execution":
+            group_log_callback(
+                trainer, out_dir, job.rows, limit=stage_config.log_groups, notes=notes
+            )
+            if config.bf16_generation:
+                autocast_generation(trainer.model)
+            prepare_trainer(trainer, job.on_trainer)
+            if trainer.ref_model is not None:
+                notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")
+            elif stage_config.beta > 0:
                 notes.append(
-                    f"stage 4 rewards episodes by execution; reward {stage_config.reward!r} "
-                    "is used for stage 3 only"
+                    "KL reference policy: the stage's starting model (LoRA adapters disabled)"
                 )
-        else:
-            reward = make_reward(
-                stage_config.reward,
-                tasks=tasks,
-                evaluator=evaluator,
-                judge=judge,
-            )
-            kwargs["reward_funcs"] = [reward]
-        trainer = GRPOTrainer(
-            model=load_policy(model_path, config.dtype),
-            args=args,
-            train_dataset=Dataset.from_list(list(rows)),
-            processing_class=tokenizer,
-            peft_config=lora_config(config),
-            callbacks=[progress_callback(progress, f"stage {stage}")],
-            **kwargs,
-        )
-        diagnostics = diagnostics_callback(
-            trainer,
-            stage,
-            "grpo",
-            episode_stats=session.stats if session is not None else None,
-            no_signal_steps=stage_config.no_signal_steps,
-            warn=progress,
-        )
-        group_log_callback(trainer, out_dir, rows, limit=stage_config.log_groups, notes=notes)
-        if config.bf16_generation:
-            autocast_generation(trainer.model)
-        prepare_trainer(trainer, on_trainer)
-        if trainer.ref_model is not None:
-            notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")
-        elif stage_config.beta > 0:
-            notes.append("KL reference policy: the stage's starting model (LoRA adapters disabled)")
-        try:
             trainer.train(resume_from_checkpoint=last_checkpoint(out_dir))
-        finally:
-            if session is not None:
-                session.close()
         output = finish_stage(trainer, tokenizer, out_dir, started)
-    dist.barrier()  # every rank has closed its partition
-    if multi_turn and dist.is_main:
-        shutil.rmtree(out_dir / "pool", ignore_errors=True)
-    if session is not None:
-        s = session.stats
-        (out_dir / f"episodes-rank{dist.rank}.json").write_text(
-            json.dumps(s.to_dict(), indent=1), encoding="utf-8"
-        )
-        where = f"rank {dist.rank}: " if dist.distributed else ""
-        notes.append(
-            f"{where}episodes {s.episodes}: submitted {s.submitted}, solved {s.solved}, "
-            f"tool calls {s.tool_calls}, infrastructure errors {s.infra_errors}"
-        )
-    metrics = getattr(reward, "metrics", None)
-    if reward is not None and metrics is not None:
-        figures = ", ".join(f"{k} {v:.3g}" for k, v in metrics().items())
-        notes.append(f"{reward.__name__}: {figures}")
+    dist.barrier()  # every rank has closed its partition of a shared pool
+    if plan.pool_root is not None and dist.is_main:
+        shutil.rmtree(plan.pool_root, ignore_errors=True)
     output.notes[:0] = notes
     output.notes.append(weight_note(diagnostics))
     for sentence in verdicts("grpo", summarize("grpo", output.log_history)):

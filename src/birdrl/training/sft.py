@@ -1,23 +1,21 @@
 """Stages 1 and 2: supervised fine-tuning with TRL's ``SFTTrainer`` on conversational data,
 loss on the assistant's tokens only (prompt, tool results and user turns are masked).
 
-Stage 2 rows carry tool calls; their ``tools`` column is replaced by the schemas of the
-stage-4 environment's methods, so the tool-use prompts the model imitates are exactly the
-ones it later meets in multi-turn GRPO.
+Tool-use rows (``with_tools``, stage 2) are rendered with the schemas of the stage-4
+environment's methods, whatever ``tools`` column the dataset holds, so the tool-use prompts
+the model imitates are exactly the ones it later meets in multi-turn GRPO.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from birdrl.training.common import (
-    Progress,
+    StageJob,
     StageOutput,
-    TrainerHook,
     common_args,
     finish_stage,
     last_checkpoint,
@@ -25,7 +23,7 @@ from birdrl.training.common import (
     prepare_trainer,
     progress_callback,
 )
-from birdrl.training.config import ConfigError, CurriculumConfig, SFTStageConfig
+from birdrl.training.config import ConfigError, SFTStageConfig
 from birdrl.training.diagnostics import diagnostics_callback, summarize, verdicts, weight_note
 from birdrl.training.environment import tool_schemas
 from birdrl.training.models import load_policy, load_tokenizer
@@ -33,7 +31,7 @@ from birdrl.training.models import load_policy, load_tokenizer
 __all__ = ["run_sft_stage", "sft_rows"]
 
 
-def sft_rows(rows: Sequence[dict[str, Any]], *, with_tools: bool) -> list[dict[str, Any]]:
+def sft_rows(rows: Sequence[Mapping[str, Any]], *, with_tools: bool) -> list[dict[str, Any]]:
     """The ``messages`` (and, for tool use, ``tools`` as JSON text) of each stage row."""
     tools = json.dumps(tool_schemas()) if with_tools else None
     out = []
@@ -45,26 +43,18 @@ def sft_rows(rows: Sequence[dict[str, Any]], *, with_tools: bool) -> list[dict[s
     return out
 
 
-def run_sft_stage(
-    *,
-    stage: int,
-    model_path: Path | str,
-    rows: Sequence[dict[str, Any]],
-    out_dir: Path,
-    config: CurriculumConfig,
-    stage_config: SFTStageConfig,
-    progress: Progress | None = None,
-    on_trainer: TrainerHook | None = None,
-) -> StageOutput:
-    """Fine-tune `model_path` on the stage's rows; the result is ``out_dir/model``."""
+def run_sft_stage(job: StageJob[SFTStageConfig], *, with_tools: bool = False) -> StageOutput:
+    """Fine-tune ``job.model_path`` on ``job.rows``; the result is ``job.out_dir/model``.
+    `with_tools` renders each sample with the stage-4 tool schemas (tool-use imitation)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
     started = time.monotonic()
+    stage, stage_config, out_dir = job.stage, job.stage_config, job.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer, notes = load_tokenizer(model_path)
-    notes.insert(0, f"started from {model_path}")
-    data = sft_rows(rows, with_tools=stage == 2)
+    tokenizer, notes = load_tokenizer(job.model_path)
+    notes.insert(0, f"started from {job.model_path}")
+    data = sft_rows(job.rows, with_tools=with_tools)
     lengths = [
         len(
             tokenizer(
@@ -90,21 +80,21 @@ def run_sft_stage(
             "tokens and are truncated (those whose answer is cut off entirely are dropped)"
         )
     args = SFTConfig(
-        **common_args(config, out_dir, stage_config),
+        **common_args(job.config, out_dir, stage_config),
         max_length=stage_config.max_length,
         assistant_only_loss=True,
         packing=False,
     )
     trainer = SFTTrainer(
-        model=load_policy(model_path, config.dtype),
+        model=load_policy(job.model_path, job.config.dtype),
         args=args,
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
-        peft_config=lora_config(config),
-        callbacks=[progress_callback(progress, f"stage {stage}")],
+        peft_config=lora_config(job.config),
+        callbacks=[progress_callback(job.progress, f"stage {stage}")],
     )
-    diagnostics = diagnostics_callback(trainer, stage, "sft", warn=progress)
-    prepare_trainer(trainer, on_trainer)
+    diagnostics = diagnostics_callback(trainer, stage, "sft", warn=job.progress)
+    prepare_trainer(trainer, job.on_trainer)
     trainer.train(resume_from_checkpoint=last_checkpoint(out_dir))
     output = finish_stage(trainer, tokenizer, out_dir, started)
     output.notes[:0] = notes
