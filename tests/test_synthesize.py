@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -16,15 +17,18 @@ from typer.testing import CliRunner
 
 from birdrl.cli import app
 from birdrl.data.mutations import FAMILIES, MUTATIONS, parse_sql, render_sql
+from birdrl.data.scratch import Scratch
 from birdrl.data.synthesize import (
     SQLExample,
     SynthesisError,
     SynthesisResult,
     load_sql_examples,
+    rejection_labels,
     synthesize_tasks,
 )
+from birdrl.db.sandbox import ErrorKind
 from birdrl.evaluation.evaluator import EvalConfig
-from birdrl.evaluation.suite import evaluate_suite, validate_tasks
+from birdrl.evaluation.suite import ValidationResult, evaluate_suite, validate_tasks
 from birdrl.tasks import Category, Task, load_tasks
 
 CONFIG = EvalConfig(workers=2)
@@ -359,6 +363,55 @@ def test_write_dataset_and_card(result: SynthesisResult, tmp_path: Path) -> None
     assert f"{len(result.tasks)} tasks" in card
     assert "| no mutation applicable | 1 |" in card
     assert "| update_scope |" in card
+
+
+def test_validation_verdicts(result: SynthesisResult, shop: Path) -> None:
+    task = next(t for t in result.tasks if t.category is Category.QUERY)
+    tasks = [
+        task,
+        dataclasses.replace(task, instance_id="passes", issue_sql=task.sol_sql),
+        dataclasses.replace(task, instance_id="fails", sol_sql=("SELECT nope FROM orders",)),
+        dataclasses.replace(task, instance_id="public", sol_sql=()),
+    ]
+    checks = validate_tasks(tasks, {"shop": shop}, CONFIG)
+    assert [c.verdict for c in checks] == [
+        "valid",
+        "issue_passes",
+        "solution_fails",
+        "no_reference",
+    ]
+    assert [c.valid for c in checks] == [True, False, False, False]
+    assert checks[0].reason == "" and all(c.reason for c in checks[1:])
+
+
+def test_rejections_go_by_verdict_not_by_wording() -> None:
+    reworded = [
+        ValidationResult("a", "valid"),
+        ValidationResult("b", "issue_passes", "reworded: the bug slips through"),
+        ValidationResult("c", "solution_fails", "evaluation failed? no: the fix is wrong"),
+        ValidationResult("d", "no_reference", "nothing to compare with"),
+    ]
+    assert rejection_labels(reworded, "shop") == [
+        None,
+        "bugged SQL passes the tests (evaluator)",
+        "original fails its own tests (evaluator)",
+        "invalid: nothing to compare with",
+    ]
+    crashed = ValidationResult("e", "evaluation_failed", "the worker went away")
+    with pytest.raises(SynthesisError, match="1 of 2 candidate tasks on shop failed: the worker"):
+        rejection_labels([reworded[1], crashed], "shop")
+
+
+def test_scratch_tells_a_timeout_from_an_sql_error(shop: Path) -> None:
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
+    with Scratch(shop, timeout_s=0.2) as scratch:
+        timed_out = scratch.run(endless, None)
+        assert (timed_out.ok, timed_out.error_kind) == (False, ErrorKind.TIMEOUT)
+        bad = scratch.run("UPDATE orders SET nope = 1", "orders")
+        assert (bad.ok, bad.error_kind) == (False, ErrorKind.SQL)
+        assert bad.error is not None and "nope" in bad.error
+        ok = scratch.run("SELECT id FROM orders", None)
+        assert ok.ok and ok.rows > 0 and ok.error is None
 
 
 # -- loading correct SQL ---------------------------------------------------------------------

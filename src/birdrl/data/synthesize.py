@@ -12,41 +12,33 @@ round trip must not change its result; a mutant must differ in text, run without
 fail the task's test on a scratch copy; finally every candidate is validated with the
 evaluator (`birdrl.evaluation.suite.validate_tasks`): the bugged SQL fails, the original
 passes, each on a fresh replica. Everything is seeded: same inputs, same tasks.
+
+The trial runs and the state test are in `birdrl.data.scratch`, the issue text in
+`birdrl.data.issue_text`; this module is the pipeline and its counted rejections.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import random
-import shutil
-import sqlite3
-import tempfile
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from birdrl import __version__
+from birdrl.data.issue_text import issue_text, target_table
 from birdrl.data.mutations import FAMILIES, Mutation, mutations_for, parse_sql, render_sql
+from birdrl.data.scratch import Run, Scratch, state_test
 from birdrl.data.sql_examples import SQLExample, SynthesisError, load_sql_examples, strip_semicolon
 from birdrl.db.statements import split_statements
+from birdrl.dialects.sqlite.helpers import remove_comments
 from birdrl.evaluation.evaluator import EvalConfig
-from birdrl.evaluation.helpers import (
-    MAX_ROWS,
-    ex_base,
-    remove_comments,
-    remove_distinct,
-    remove_round,
-)
-from birdrl.evaluation.suite import validate_tasks
+from birdrl.evaluation.suite import ValidationResult, Verdict, validate_tasks
 from birdrl.tasks.model import Category, Task
 
 __all__ = [
@@ -149,292 +141,6 @@ def _md_table(header: tuple[str, str], rows: Sequence[tuple[str, int]]) -> list[
     ]
 
 
-# -- execution on a scratch copy -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Run:
-    """The outcome of one statement on the scratch copy."""
-
-    error: str | None = None
-    rows: int = 0
-    """Rows returned (SELECT, cut at the evaluator's limit) or changed (DML)."""
-    state: tuple[int, str] | None = None
-    """DML: the target table's row count and digest afterwards."""
-
-
-class _Scratch:
-    """A private copy of the database for trial runs; DML runs inside a savepoint that is
-    rolled back, so the copy never changes."""
-
-    def __init__(self, db_path: Path, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._dir = tempfile.mkdtemp(prefix="birdrl-synth-")
-        self.path = Path(self._dir) / db_path.name
-        try:
-            source = sqlite3.connect(f"file:{quote(str(db_path.resolve()))}?mode=ro", uri=True)
-            target = sqlite3.connect(self.path)
-            try:
-                source.backup(target)
-            finally:
-                source.close()
-                target.close()
-            self.conn = sqlite3.connect(self.path, isolation_level=None)
-        except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            raise
-        self._deadline = float("inf")
-        self.conn.set_progress_handler(self._tick, 1000)
-
-    def _tick(self) -> int:
-        return int(time.monotonic() > self._deadline)
-
-    @contextlib.contextmanager
-    def _limit(self, statements: int = 1) -> Iterator[None]:
-        self._deadline = time.monotonic() + self.timeout_s * statements
-        try:
-            yield
-        finally:
-            self._deadline = float("inf")
-
-    def select(self, sql: str) -> _Run:
-        try:
-            with self._limit():
-                rows = self.conn.execute(sql).fetchmany(MAX_ROWS)
-        except (sqlite3.Error, OverflowError, ValueError) as exc:
-            return _Run(error=_error_text(exc))
-        return _Run(rows=len(rows))
-
-    def passes_default_test(self, pred: str, sol: str, order: bool) -> bool:
-        """The default test, as the evaluator runs it (comments, DISTINCT, ROUND stripped)."""
-
-        def strip(sql: str) -> list[str]:
-            return remove_round(remove_distinct(remove_comments([sql])))
-
-        with self._limit(2):
-            return ex_base(strip(pred), strip(sol), self.path, self.conn, {"order": order}) == 1
-
-    def dml(self, sql: str, table: str) -> _Run:
-        self.conn.execute("SAVEPOINT birdrl_synth")
-        try:
-            with self._limit(2):
-                changed = self.conn.execute(sql).rowcount
-                rows = self.conn.execute(_select_all(table)).fetchall()
-            return _Run(rows=changed, state=(len(rows), table_digest(rows)))
-        except (sqlite3.Error, OverflowError, ValueError) as exc:
-            return _Run(error=_error_text(exc))
-        finally:
-            self.conn.execute("ROLLBACK TO birdrl_synth")
-            self.conn.execute("RELEASE birdrl_synth")
-
-    def close(self) -> None:
-        self.conn.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __enter__(self) -> _Scratch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return "timed out" if text == "interrupted" else f"{type(exc).__name__}: {text}"
-
-
-def _select_all(table: str) -> str:
-    return 'SELECT * FROM "' + table.replace('"', '""') + '"'
-
-
-def table_digest(rows: Sequence[Sequence[Any]]) -> str:
-    """An order-free digest of a table's rows (floats rounded to 6 places); the state test
-    case computes the same expression."""
-    lines = sorted(repr(tuple(round(v, 6) if isinstance(v, float) else v for v in r)) for r in rows)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
-
-
-_STATE_TEST = '''\
-def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):
-    """{label} must hold exactly the rows the correct statement leaves."""
-    import hashlib
-
-    rows = conn.execute({select!r}).fetchall()
-    assert len(rows) == {count}, f"expected {count} rows in {label} afterwards, found {{len(rows)}}"
-    lines = sorted(
-        repr(tuple(round(v, 6) if isinstance(v, float) else v for v in r)) for r in rows
-    )
-    digest = hashlib.sha256("\\n".join(lines).encode()).hexdigest()
-    assert digest == {digest!r}, "the rows of {label} differ from what the correct statement leaves"
-'''
-
-
-def _state_test(table: str, state: tuple[int, str]) -> str:
-    label = table.replace('"', "").replace("{", "").replace("}", "").replace("\\", "")
-    return _STATE_TEST.format(
-        label=label, select=_select_all(table), count=state[0], digest=state[1]
-    )
-
-
-# -- the issue text --------------------------------------------------------------------------
-
-
-_OPENERS = {
-    "select": (
-        "My query is supposed to {goal}, but the results look wrong.",
-        "I wrote this query to {goal}. It runs without errors, but the output is not right.",
-        "I need to {goal}. My SQL runs, but I don't trust what it returns.",
-    ),
-    "dml": (
-        "My statement is supposed to {goal}, but it does not do the right thing.",
-        "I wrote this statement to {goal}. It runs without errors, but the data afterwards "
-        "is not what I expected.",
-    ),
-}
-_HINTS = {
-    "wrong_join": (
-        "I suspect something in how the tables are joined.",
-        "Maybe the joins are not doing what I think?",
-    ),
-    "aggregation": (
-        "The aggregated numbers don't match what I get when I check a few rows by hand.",
-        "The totals / counts look off.",
-    ),
-    "grouping": (
-        "The rows don't seem to be grouped the way I want.",
-        "I get fewer groups than I expect.",
-    ),
-    "null_handling": (
-        "Rows with missing (NULL) values seem to be handled wrongly.",
-        "I think it has to do with the NULLs in the data.",
-    ),
-    "date_function": (
-        "Something seems off with how I handle the dates.",
-        "The date calculations don't give the periods I expect.",
-    ),
-    "integer_division": (
-        "The ratios come out as whole numbers (often 0) instead of fractions.",
-        "The computed percentages / averages look truncated.",
-    ),
-    "limit_off_by_one": (
-        "I don't get exactly the rows I asked for.",
-        "It's off by one somewhere, I think.",
-    ),
-    "comparison_boundary": (
-        "Rows right at the edge of my filter seem to be treated wrongly.",
-        "The boundary values of my condition are not handled the way I want.",
-    ),
-    "order_direction": (
-        "The ordering looks backwards.",
-        "I get the rows from the wrong end of the ranking.",
-    ),
-    "update_scope": (
-        "It touches rows it should leave alone.",
-        "It changes far more rows than it should.",
-    ),
-}
-_CLOSERS = (
-    "What is wrong with my SQL, and how do I fix it?",
-    "How should I fix it?",
-    "Can you find the bug and correct the SQL?",
-)
-
-
-def _describe(tree: exp.Expression) -> str:
-    """A plain-words goal for a statement without a question."""
-    if isinstance(tree, exp.Update | exp.Delete | exp.Insert):
-        table = _target_table(tree) or "the table"
-        if isinstance(tree, exp.Update):
-            columns = [e.this.name for e in tree.expressions if isinstance(e, exp.EQ)]
-            scope = "on the right rows of" if tree.args.get("where") is not None else "in"
-            return f"set {_listing(columns) or 'some columns'} {scope} {table}"
-        if isinstance(tree, exp.Delete):
-            return f"delete the right rows from {table}"
-        return f"insert the right rows into {table}"
-    outputs: list[str] = []
-    select = tree if isinstance(tree, exp.Select) else tree.find(exp.Select)
-    for proj in select.expressions if select is not None else []:
-        if proj.alias:
-            outputs.append(proj.alias)
-        elif isinstance(proj, exp.Column | exp.Star):
-            outputs.append("all columns" if proj.is_star else proj.name)
-        else:
-            text = render_sql(proj)
-            outputs.append(text if len(text) <= 40 else "a computed value")
-    ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
-    tables = list(
-        dict.fromkeys(t.name for t in tree.find_all(exp.Table) if t.name and t.name not in ctes)
-    )
-    goal = f"return {_listing(outputs) or 'rows'}"
-    return goal + (f" from {_listing(tables)}" if tables else "")
-
-
-def _listing(items: Sequence[str]) -> str:
-    items = list(dict.fromkeys(items))
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _issue_text(
-    example: SQLExample,
-    tree: exp.Expression,
-    family: str,
-    original: _Run,
-    bugged: _Run,
-    rng: random.Random,
-) -> str:
-    dml = isinstance(tree, exp.Update | exp.Delete | exp.Insert)
-    if example.question:
-        goal = f'answer the question "{example.question.strip()}"'
-        if example.evidence:
-            goal += f" (background: {example.evidence.strip()})"
-    else:
-        goal = _describe(tree)
-    parts = [rng.choice(_OPENERS["dml" if dml else "select"]).format(goal=goal)]
-    if dml:
-        table = _target_table(tree) or "the table"
-        verb, preposition = (
-            ("updates", "of")
-            if isinstance(tree, exp.Update)
-            else ("deletes", "from")
-            if isinstance(tree, exp.Delete)
-            else ("inserts", "into")
-        )
-        if bugged.rows != original.rows:
-            parts.append(
-                f"It {verb} {bugged.rows} row{_s(bugged.rows)} {preposition} {table}, but I "
-                f"expected {original.rows}."
-            )
-    elif bugged.rows != original.rows:
-        parts.append(
-            f"It returns {bugged.rows} row{_s(bugged.rows)}, but I expected {original.rows}."
-        )
-    elif family == "order_direction":
-        parts.append(f"It returns {bugged.rows} row{_s(bugged.rows)}, but not in the order I need.")
-    else:
-        parts.append(f"It returns {bugged.rows} row{_s(bugged.rows)}, but some values are wrong.")
-    if family == "update_scope" and bugged.rows < original.rows:
-        parts.append("It misses rows it should change.")
-    elif family == "update_scope" and bugged.rows == original.rows:
-        parts.append("It changes the wrong rows.")
-    else:
-        parts.append(rng.choice(_HINTS.get(family, ("",))))
-    parts.append(rng.choice(_CLOSERS))
-    return " ".join(p for p in parts if p)
-
-
-def _s(n: int) -> str:
-    return "" if n == 1 else "s"
-
-
-def _target_table(tree: exp.Expression) -> str | None:
-    target = tree.this
-    if isinstance(target, exp.Schema):
-        target = target.this
-    return target.name if isinstance(target, exp.Table) and target.name else None
-
-
 # -- synthesis -------------------------------------------------------------------------------
 
 
@@ -453,7 +159,9 @@ class _Source:
     example: SQLExample
     tree: exp.Expression
     sol: str
-    original: _Run
+    table: str | None
+    """The table the statement changes; None for a query."""
+    original: Run
     pending: list[tuple[Mutation, exp.Expression]]
     kept: int = 0
 
@@ -491,7 +199,7 @@ def synthesize_tasks(
         families=tuple(dict.fromkeys(m.family for m in mutations)),
     )
     candidates: list[_Candidate] = []
-    with _Scratch(path, config.statement_timeout_s) as scratch:
+    with Scratch(path, config.statement_timeout_s) as scratch:
         sources: list[_Source] = []
         for index, example in enumerate(sqls):
             source = _prepare(index, example, db_id, scratch, mutations, seed, result.rejected)
@@ -537,7 +245,7 @@ def _prepare(
     index: int,
     example: SQLExample,
     db_id: str,
-    scratch: _Scratch,
+    scratch: Scratch,
     mutations: Sequence[Mutation],
     seed: int,
     rejected: Counter[str],
@@ -564,8 +272,14 @@ def _prepare(
     if not isinstance(tree, exp.Query | exp.Update | exp.Delete | exp.Insert):
         rejected["original is not a SELECT, UPDATE, DELETE or INSERT"] += 1
         return None
-    original = _run(scratch, tree, sol)
-    if original.error is not None:
+    dml = not isinstance(tree, exp.Query)
+    table = target_table(tree) if dml else None
+    if dml and table is None:
+        # without a plain target table there is no state to test: counted as a failed run
+        rejected["original fails to execute"] += 1
+        return None
+    original = scratch.run(sol, table)
+    if not original.ok:
         rejected["original fails to execute"] += 1
         return None
     if original.state is None and original.rows == 0:
@@ -575,8 +289,8 @@ def _prepare(
         rejected["original fails the default test"] += 1
         return None
     rendered = render_sql(tree, pretty=True)
-    again = _run(scratch, tree, rendered)
-    if again.error is not None or not _same(scratch, tree, again, original, rendered, sol):
+    again = scratch.run(rendered, table)
+    if not again.ok or not _same(scratch, tree, again, original, rendered, sol):
         rejected["sqlglot round trip changes the original's result"] += 1
         return None
     mutants = [
@@ -588,7 +302,7 @@ def _prepare(
         rejected["no mutation applicable"] += 1
         return None
     random.Random(f"{seed}:{index}").shuffle(mutants)
-    return _Source(index, example, tree, sol, original, _by_family_round_robin(mutants))
+    return _Source(index, example, tree, sol, table, original, _by_family_round_robin(mutants))
 
 
 def _by_family_round_robin(
@@ -606,18 +320,7 @@ def _by_family_round_robin(
     return out
 
 
-def _run(scratch: _Scratch, tree: exp.Expression, sql: str) -> _Run:
-    if isinstance(tree, exp.Query):
-        return scratch.select(sql)
-    table = _target_table(tree)
-    if table is None:
-        return _Run(error="cannot tell which table the statement changes")
-    return scratch.dml(sql, table)
-
-
-def _same(
-    scratch: _Scratch, tree: exp.Expression, a: _Run, b: _Run, a_sql: str, b_sql: str
-) -> bool:
+def _same(scratch: Scratch, tree: exp.Expression, a: Run, b: Run, a_sql: str, b_sql: str) -> bool:
     if a.state is not None or b.state is not None:
         return a.state == b.state
     order = isinstance(tree, exp.Query) and tree.args.get("order") is not None
@@ -630,7 +333,7 @@ def _try(
     mutant: exp.Expression,
     db_id: str,
     counter: int,
-    scratch: _Scratch,
+    scratch: Scratch,
     seed: int,
     result: SynthesisResult,
 ) -> Task | None:
@@ -639,8 +342,8 @@ def _try(
         result.rejected["mutant identical to the original"] += 1
         return None
     issue = render_sql(mutant, pretty=True)
-    bugged = _run(scratch, source.tree, issue)
-    if bugged.error is not None:
+    bugged = scratch.run(issue, source.table)
+    if not bugged.ok:
         result.rejected["bugged SQL fails to execute"] += 1
         return None
     order = mutation.family == "order_direction" and source.tree.args.get("order") is not None
@@ -653,15 +356,14 @@ def _try(
         result.rejected["bugged SQL gives the original's result"] += 1
         return None
     rng = random.Random(f"{seed}:{source.index}:{mutation.name}:text")
-    table = _target_table(source.tree)
     tests: tuple[str, ...] = ()
-    if dml and table is not None and source.original.state is not None:
-        tests = (_state_test(table, source.original.state),)
+    if source.table is not None and source.original.state is not None:
+        tests = (state_test(source.table, source.original.state),)
     return Task(
         instance_id=f"synth_{db_id}_candidate_{counter:06d}",
         db_id=db_id,
-        query=_issue_text(
-            source.example, source.tree, mutation.family, source.original, bugged, rng
+        query=issue_text(
+            source.example, source.tree, mutation.family, source.original.rows, bugged.rows, rng
         ),
         issue_sql=(issue,),
         sol_sql=(source.sol,),
@@ -676,10 +378,26 @@ def _try(
     )
 
 
-_VALIDATION_REASONS = (
-    ("the issue SQL passes", "bugged SQL passes the tests (evaluator)"),
-    ("the solution fails", "original fails its own tests (evaluator)"),
-)
+_REJECTED_AS: dict[Verdict, str] = {
+    "issue_passes": "bugged SQL passes the tests (evaluator)",
+    "solution_fails": "original fails its own tests (evaluator)",
+}
+"""The rejection label (as counted and printed) of a validation verdict."""
+
+
+def rejection_labels(outcomes: Sequence[ValidationResult], db_id: str) -> list[str | None]:
+    """The rejection label of each validated candidate, None for one that is kept. Raises
+    `SynthesisError` if any evaluation itself failed: an infrastructure failure is no verdict
+    on the task, so synthesis stops and says why instead of counting it as a rejection."""
+    broken = [r for r in outcomes if r.verdict == "evaluation_failed"]
+    if broken:
+        raise SynthesisError(
+            f"validating {len(broken)} of {len(outcomes)} candidate tasks on {db_id} failed: "
+            f"{broken[0].reason}"
+        )
+    return [
+        None if r.valid else _REJECTED_AS.get(r.verdict, f"invalid: {r.reason}") for r in outcomes
+    ]
 
 
 def _validate(
@@ -699,20 +417,10 @@ def _validate(
             progress("validating", done, len(batch))
 
     results = validate_tasks([c.task for c in batch], {db_id: db_path}, config, progress=advance)
-    broken = [r for r in results if r.reason.startswith("evaluation failed")]
-    if broken:  # an infrastructure failure is not a verdict on the task: stop, say why
-        raise SynthesisError(
-            f"validating {len(broken)} of {len(batch)} candidate tasks on {db_id} failed: "
-            f"{broken[0].reason}"
-        )
     kept = []
-    for candidate, outcome in zip(batch, results, strict=True):
-        if outcome.valid:
+    for candidate, label in zip(batch, rejection_labels(results, db_id), strict=True):
+        if label is None:
             kept.append(candidate)
-            continue
-        reason = next(
-            (label for prefix, label in _VALIDATION_REASONS if outcome.reason.startswith(prefix)),
-            f"invalid: {outcome.reason}",
-        )
-        rejected[reason] += 1
+        else:
+            rejected[label] += 1
     return kept

@@ -146,11 +146,24 @@ def evaluate_suite(
     return SuiteResult(reports, summary, unmatched)
 
 
+Verdict = Literal["valid", "issue_passes", "solution_fails", "evaluation_failed", "no_reference"]
+"""What validating a task found: it is valid; its issue SQL passes every test; its solution
+fails them; the evaluation itself failed (an infrastructure error, no verdict on the task);
+it has no ``sol_sql`` to validate."""
+
+
 @dataclass(frozen=True)
 class ValidationResult:
+    """One task's validation: `verdict` for code to act on, `reason` for people."""
+
     instance_id: str
-    valid: bool
+    verdict: Verdict
     reason: str = ""
+    """Why the task is not valid, in words (empty when valid)."""
+
+    @property
+    def valid(self) -> bool:
+        return self.verdict == "valid"
 
 
 def validate_tasks(
@@ -163,7 +176,9 @@ def validate_tasks(
     all of them (each on a fresh database state)."""
     scorable = [t for t in tasks if t.has_reference]
     out = {
-        t.instance_id: ValidationResult(t.instance_id, False, "no sol_sql: cannot be validated")
+        t.instance_id: ValidationResult(
+            t.instance_id, "no_reference", "no sol_sql: cannot be validated"
+        )
         for t in tasks
         if not t.has_reference
     }
@@ -172,14 +187,16 @@ def validate_tasks(
     with Evaluator(databases, cfg) as evaluator:
         reports = evaluator.evaluate_many([(t, t.sol_sql) for t in scorable], progress=progress)
     for t, report in zip(scorable, reports, strict=True):
+        verdict: Verdict
         if report.issue_sql_passed:
+            verdict = "issue_passes"
             reason = "the issue SQL passes every test: the tests cannot tell the bug from the fix"
         elif report.infra_error:
-            reason = f"evaluation failed: {report.infra_error}"
+            verdict, reason = "evaluation_failed", f"evaluation failed: {report.infra_error}"
         elif not report.success:
             detail = "; ".join(report.errors) or "failed"
-            reason = f"the solution fails its tests: {detail}"
+            verdict, reason = "solution_fails", f"the solution fails its tests: {detail}"
         else:
-            reason = ""
-        out[t.instance_id] = ValidationResult(t.instance_id, not reason, reason)
+            verdict, reason = "valid", ""
+        out[t.instance_id] = ValidationResult(t.instance_id, verdict, reason)
     return [out[t.instance_id] for t in tasks]
