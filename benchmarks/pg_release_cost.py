@@ -19,9 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from birdrl.db import PoolConfig, ReplicaPool
-from birdrl.db.postgres.cluster import LocalCluster
-from birdrl.db.postgres.server import PostgresServer
-from birdrl.db.postgres.templates import sqlite_templates_on_server
+from birdrl.dialects.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.server import PostgresServer
+from birdrl.dialects.postgres.templates import sqlite_templates_on_server
 from birdrl.tasks.bundled import ensure_databases
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from birdrl.db.postgres.cluster import LocalCluster, find_pg_bin
+from birdrl.dialects.postgres.cluster import LocalCluster, find_pg_bin
 from birdrl.evaluation.dialects import DialectRun
 
 

@@ -149,7 +149,7 @@ def test_fuzzer_detects_contamination(tmp_path: Path) -> None:
     original = ReplicaPool._finish
 
     def leaky_finish(self, lease, *, reclaimed):  # type: ignore[no-untyped-def]
-        lease._close_box()
+        lease.close_connection()
         with self._cond:  # forget the replica changed: never reset
             lease.replica.is_available = True
             self._cond.notify_all()

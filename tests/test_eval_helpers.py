@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from birdrl.evaluation.helpers import (
+from birdrl.dialects.sqlite.helpers import (
     check_sql_function_usage,
     ex_base,
     execute_queries,

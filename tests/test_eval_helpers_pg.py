@@ -17,9 +17,9 @@ psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402
 from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
 
-from birdrl.db.postgres.cluster import LocalCluster  # noqa: E402
-from birdrl.evaluation import helpers  # noqa: E402
-from birdrl.evaluation import pg_helpers as pg  # noqa: E402
+from birdrl.dialects.postgres import helpers as pg  # noqa: E402
+from birdrl.dialects.postgres.cluster import LocalCluster  # noqa: E402
+from birdrl.dialects.sqlite import helpers  # noqa: E402
 from birdrl.evaluation.runner import ExJob, PhaseJob, run_ex, run_phase  # noqa: E402
 
 SCHEMA = """

@@ -16,7 +16,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "src" / "birdrl"
-LAYERS = ["tasks", "db", "bench", "evaluation", "env", "agents", "data", "view", "training", "cli"]
+LAYERS = [
+    "tasks",
+    "db",
+    "dialects",
+    "bench",
+    "evaluation",
+    "env",
+    "agents",
+    "data",
+    "view",
+    "training",
+    "cli",
+]
 BASE = {"errors", "cache", ""}  # importable from anywhere; "" is the package itself
 TOP = {"__main__"}
 

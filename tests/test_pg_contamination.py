@@ -30,8 +30,8 @@ from psycopg import sql
 from test_pg_pool import PGSetup, build_pg_template, dbname, pg_setup
 
 from birdrl.db import LeaseClosedError, PoolError, ReplicaPool
-from birdrl.db.postgres.backend import PGReplica
-from birdrl.db.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.backend import PGReplica
+from birdrl.dialects.postgres.cluster import LocalCluster
 
 ROLE = "tpgfuzz_box"
 PREFIX = "tpgfuzz"

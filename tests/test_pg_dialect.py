@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from birdrl.agents.evaluate import evaluate_agent
 from birdrl.agents.registry import make_agent
 from birdrl.cli import app
-from birdrl.db.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.cluster import LocalCluster
 from birdrl.evaluation.dialects import DialectRun
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
 
@@ -74,7 +74,7 @@ def test_cli_prints_one_row_per_dialect(pg_cluster: LocalCluster) -> None:
 def test_unknown_dialect_is_a_clear_error() -> None:
     result = CliRunner().invoke(app, ["eval", "--dialect", "oracle", "--agent", "gold"])
     assert result.exit_code != 0
-    assert "unknown dialect 'oracle'" in result.output
+    assert "unknown SQL dialect 'oracle'" in result.output
 
 
 def test_native_postgresql_task_file_scores_on_server_templates(

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from birdrl.db.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.transpile import transpile_many
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.bundled import BUNDLED_DB_IDS, ensure_databases
 from birdrl.tasks.model import Task, TextToSQLTask
-from birdrl.tasks.transpile import transpile_many
 
 psycopg = pytest.importorskip("psycopg")
 
-from birdrl.db.postgres.load import LoadError, LoadReport, load_sqlite, schema_sql  # noqa: E402
+from birdrl.dialects.postgres.load import LoadError, LoadReport, load_sqlite, schema_sql  # noqa: E402
 
 Connect = Callable[..., Any]
 

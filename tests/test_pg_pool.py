@@ -33,9 +33,9 @@ from birdrl.db import (
 )
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import Lease
-from birdrl.db.postgres.backend import PGReplica, PGTemplate, PostgresBackend
-from birdrl.db.postgres.cluster import LocalCluster
-from birdrl.evaluation.pg_helpers import open_connection
+from birdrl.dialects.postgres.backend import PGReplica, PGTemplate, PostgresBackend
+from birdrl.dialects.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.helpers import open_connection
 
 ROLE = "tpgpool_box"
 PREFIX = "tpgpool"

@@ -22,9 +22,9 @@ from test_pg_pool import PGSetup, dbname, pg_setup
 
 from birdrl.db import ErrorKind, ExecResult, ReplicaPool, SandboxLimits
 from birdrl.db.pool import Lease
-from birdrl.db.postgres.backend import PostgresBackend
-from birdrl.db.postgres.cluster import LocalCluster
-from birdrl.db.statements import split_postgres_statements
+from birdrl.dialects.postgres.backend import PostgresBackend
+from birdrl.dialects.postgres.cluster import LocalCluster
+from birdrl.dialects.postgres.statements import split_postgres_statements
 
 ROLE = "tpgsbx_box"
 PREFIX = "tpgsbx"

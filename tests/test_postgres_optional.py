@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from birdrl.cli import app
-from birdrl.db.postgres.server import PostgresServer, require_psycopg
+from birdrl.dialects.postgres.server import PostgresServer, require_psycopg
 from birdrl.errors import BirdrlError
 
 

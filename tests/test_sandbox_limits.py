@@ -23,7 +23,7 @@ from birdrl.db import (
     SandboxLimits,
     content_fingerprint,
 )
-from birdrl.evaluation.helpers import execute_queries, open_connection
+from birdrl.dialects.sqlite.helpers import execute_queries, open_connection
 from birdrl.evaluation.runner import PhaseJob, run_phase
 
 BOUND_S = 1.0  # what release/acquire may take while a slow statement runs (grace 0.25 s + slack)

@@ -7,9 +7,7 @@ import ast
 
 import pytest
 
-from birdrl.tasks.benchmark import open_benchmark
-from birdrl.tasks.model import Category, Task, TextToSQLTask
-from birdrl.tasks.transpile import (
+from birdrl.dialects.postgres.transpile import (
     TranspileError,
     pg_identifier,
     pg_type,
@@ -20,6 +18,8 @@ from birdrl.tasks.transpile import (
     transpile_text2sql,
     transpile_trigger,
 )
+from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.model import Category, Task, TextToSQLTask
 
 TEST = "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
 

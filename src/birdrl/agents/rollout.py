@@ -20,7 +20,7 @@ from typing import Any
 
 from birdrl.agents.base import Agent
 from birdrl.db.errors import AcquireTimeout
-from birdrl.db.pool import ReplicaPool
+from birdrl.db.lease import PoolLike
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.tools import TOOLS
 from birdrl.env.types import Message, StepResult, StopReason
@@ -110,7 +110,7 @@ def _agent_turns(
 def run_episodes(
     tasks: Sequence[Task],
     agent: Agent | Any,
-    pool: ReplicaPool,
+    pool: PoolLike,
     evaluator: Evaluator,
     config: RolloutConfig | None = None,
     progress: Callable[[Trajectory], None] | None = None,

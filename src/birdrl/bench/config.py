@@ -11,6 +11,7 @@ from typing import Any
 from birdrl.errors import BirdrlError
 
 __all__ = [
+    "BACKEND_STRATEGIES",
     "BASELINE",
     "PG_BASELINE",
     "PG_STRATEGIES",
@@ -26,6 +27,12 @@ PG_BASELINE = "pg-copy-per-rollout"
 SQLITE_STRATEGIES: tuple[str, ...] = (BASELINE, "pool-recopy", "pool-lazy-copy", "pool-lazy-page")
 PG_STRATEGIES: tuple[str, ...] = (PG_BASELINE, "pg-recopy", "pg-lazy")
 STRATEGIES: tuple[str, ...] = SQLITE_STRATEGIES + PG_STRATEGIES
+BACKEND_STRATEGIES: dict[str, tuple[str, ...] | None] = {
+    "sqlite": None,
+    "postgresql": (BASELINE, "pool-lazy-page", *PG_STRATEGIES),
+}
+"""The engines the benchmark can run on -> the strategies it runs there by default (None:
+`BenchConfig`'s default)."""
 
 
 class BenchError(BirdrlError):

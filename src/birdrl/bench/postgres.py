@@ -24,20 +24,20 @@ from psycopg import sql
 from birdrl.bench.workload import Trajectory
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
-from birdrl.db.postgres.backend import PostgresBackend
-from birdrl.db.postgres.sandbox import PGSandbox
-from birdrl.db.postgres.server import PostgresServer
-from birdrl.db.postgres.templates import sqlite_templates_on_server
 from birdrl.db.sandbox import ExecResult
+from birdrl.dialects.postgres.backend import PostgresBackend
+from birdrl.dialects.postgres.sandbox import PGSandbox
+from birdrl.dialects.postgres.server import PostgresServer
+from birdrl.dialects.postgres.templates import sqlite_templates_on_server
 
 __all__ = ["PGBench", "PGCopyRunner", "pg_workload", "postgres_bench"]
 
 
 def pg_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
-    """The SQLite-written workload in PostgreSQL (`birdrl.tasks.transpile`), so the pg-*
+    """The SQLite-written workload in PostgreSQL (`birdrl.dialects.postgres.transpile`), so the pg-*
     strategies replay the same reads and writes; a statement with no translation is kept
     as it is (it then fails on the server and is reported as an SQL error)."""
-    from birdrl.tasks.transpile import TranspileError, transpile_sql
+    from birdrl.dialects.postgres.transpile import TranspileError, transpile_sql
 
     def one(sql_text: str) -> str:
         try:
@@ -127,7 +127,7 @@ def postgres_bench(
     cluster; the loaded templates are dropped at the end."""
     with contextlib.ExitStack() as stack:
         if pg_dsn is None:
-            from birdrl.db.postgres.cluster import LocalCluster
+            from birdrl.dialects.postgres.cluster import LocalCluster
 
             pg_dsn = stack.enter_context(LocalCluster.start()).dsn
         server = PostgresServer(pg_dsn, prefix="birdrl_bench")

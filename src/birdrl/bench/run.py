@@ -250,7 +250,7 @@ def _postgres(
     workload: Sequence[Trajectory],
     report: ProgressCallback,
 ) -> contextlib.AbstractContextManager[PGBench]:
-    from birdrl.db.postgres.server import require_psycopg
+    from birdrl.dialects.postgres.server import require_psycopg
 
     require_psycopg()
     from birdrl.bench.postgres import postgres_bench

@@ -20,6 +20,7 @@ from birdrl.agents.evaluate import check_rollout_config, evaluate_agent
 from birdrl.agents.registry import AGENT_SPECS, make_agent, token_counter_for
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
+from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.dialects import DialectRun, open_dialect
@@ -153,8 +154,10 @@ def eval_command(
             )
             check_rollout_config(rollout)
         names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
+        specs = [get_dialect(name) for name in names]  # an unknown name fails here, in one line
+        on_server = all(spec.databases_on_server for spec in specs)
         bench = open_benchmark(
-            tasks, db_root, skip_invalid=skip_invalid, server_databases=names == ["postgresql"]
+            tasks, db_root, skip_invalid=skip_invalid, server_databases=on_server
         )
         render_skipped(bench, console)
         rows: list[tuple[DialectRun, Summary]] = []

@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from birdrl.bench.config import BACKEND_STRATEGIES
 from birdrl.bench.run import (
     BASELINE,
     PG_BASELINE,
@@ -156,10 +157,13 @@ def pool_bench(
 ) -> None:
     """Measure the I/O of giving every trajectory its own database: copy per rollout vs
     the replica pool's strategies, on one seeded workload over synthetic databases."""
-    if backend not in ("sqlite", "postgresql"):
-        raise typer.BadParameter(f"--backend must be sqlite or postgresql, got {backend!r}")
-    if backend == "postgresql" and strategies is None:
-        strategies = ",".join((BASELINE, "pool-lazy-page", *PG_STRATEGIES))
+    if backend not in BACKEND_STRATEGIES:
+        raise typer.BadParameter(
+            f"--backend must be one of {', '.join(BACKEND_STRATEGIES)}, got {backend!r}"
+        )
+    defaults = BACKEND_STRATEGIES[backend]
+    if strategies is None and defaults is not None:
+        strategies = ",".join(defaults)
     overrides: dict[str, Any] = {
         "trajectories": trajectories,
         "db_sizes_mb": None if db_sizes is None else _floats(db_sizes, "--db-sizes"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from birdrl.db.errors import PoolConfigError
 from birdrl.db.iostats import IOStats
@@ -22,11 +22,7 @@ from birdrl.db.replica import Replica, Template
 from birdrl.db.restore import CopyRestore, RestoreStrategy, get_strategy
 from birdrl.db.sandbox import ExecResult, SandboxLimits
 
-if TYPE_CHECKING:
-    from birdrl.db.postgres.server import PostgresServer
-
 __all__ = [
-    "DIALECTS",
     "BackendReplica",
     "BackendTemplate",
     "ReplicaBackend",
@@ -34,10 +30,7 @@ __all__ = [
     "DetachableSandbox",
     "SandboxLike",
     "close_sandbox",
-    "pool_backend",
 ]
-
-DIALECTS = ("sqlite", "postgresql")
 
 
 class SandboxLike(Protocol):
@@ -79,6 +72,10 @@ class BackendTemplate(Protocol):
 
     def check_unchanged(self) -> None:
         """Raise `TemplateError` if the template changed since the pool opened it."""
+
+    def describe(self, sample_rows: int = 3) -> str:
+        """Its schema as prompts show it: CREATE statements with a few sample rows per
+        table (each engine writes its own; see `birdrl.db.describe`)."""
 
 
 class BackendReplica(Protocol):
@@ -183,13 +180,3 @@ class SQLiteBackend:
 
     def close(self) -> None:
         """Nothing to release: files stay for the next start-up to recover."""
-
-
-def pool_backend(
-    server: PostgresServer | None, *, restore: str = "page", ephemeral: bool = False
-) -> ReplicaBackend:
-    """The backend of a new pool: SQLite files (`server` None) or `server`'s PostgreSQL
-    (`ephemeral`: its replica databases are dropped when the pool closes)."""
-    if server is None:
-        return SQLiteBackend(restore)
-    return server.backend(ephemeral=ephemeral)

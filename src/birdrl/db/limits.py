@@ -1,7 +1,7 @@
 """The limits of a connection that runs model SQL, applied the same way on every path.
 
 `apply_limits` is the one place that bounds a guarded SQLite connection: the sandbox of a
-lease (`birdrl.db.sandbox`) and the evaluator's connection (`birdrl.evaluation.helpers`)
+lease (`birdrl.db.sandbox`) and the evaluator's connection (`birdrl.dialects.sqlite.helpers`)
 both call it, so a submission scored by the evaluator meets the limits its exploration met.
 It sets value and SQL length limits, the LIKE pattern length, the page cache, SQLite's hard
 heap limit and ``max_page_count`` caps (growth of the main file, TEMP and attached

@@ -19,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +29,12 @@ from typing import IO, Any, Literal
 
 from birdrl.db.backend import (
     BackendReplica,
+    BackendTemplate,
     ReplicaBackend,
-    SandboxLike,
     SQLiteBackend,
-    close_sandbox,
 )
 from birdrl.db.errors import (
     AcquireTimeout,
-    LeaseClosedError,
     PoolConfigError,
     PoolError,
     PoolLockedError,
@@ -46,8 +43,9 @@ from birdrl.db.errors import (
     UnknownTrajectoryError,
 )
 from birdrl.db.iostats import IOStats
+from birdrl.db.lease import Lease
 from birdrl.db.restore import get_strategy
-from birdrl.db.sandbox import ExecResult, SandboxLimits
+from birdrl.db.sandbox import SandboxLimits
 
 __all__ = ["Lease", "PoolConfig", "ReplicaPool"]
 
@@ -65,9 +63,15 @@ class PoolConfig:
     """Number of worker partitions W; a trajectory only ever gets a replica of its worker."""
     worker_ids: tuple[int, ...] | None = None
     """Partitions this process owns (None: all W). Each is locked against other processes."""
+    default_worker: int | None = None
+    """The partition of calls that pass no worker_id (None: the only one this process owns).
+    A scoring session explores in this one and scores in another (`scoring_session`)."""
+    partition_replicas: Mapping[int, int] = field(default_factory=dict)
+    """Replicas of each database in these partitions, instead of `replicas_per_db` (e.g. a
+    scoring partition sized to the evaluator's workers)."""
     restore: str = "page"
     """SQLite restore strategy: ``page`` (rewrite differing pages) or ``copy`` (whole file).
-    (A PostgreSQL pool restores through its backend, see `birdrl.db.postgres`.)"""
+    (A PostgreSQL pool restores through its backend, see `birdrl.dialects.postgres`.)"""
     reset: Literal["dirty", "always"] = "dirty"
     """``dirty``: restore only replicas whose file changed. ``always``: restore every used
     replica (the reference implementation's behaviour, kept for comparison)."""
@@ -92,9 +96,16 @@ class PoolConfig:
         for n in counts:
             if not isinstance(n, int) or n < 1:
                 raise PoolConfigError(f"replicas_per_db must be a positive integer, got {n!r}")
-        for w in self.worker_ids or ():
+        for w in (*(self.worker_ids or ()), *self.partition_replicas):
             if not 0 <= w < self.workers:
                 raise PoolConfigError(f"worker id {w} is outside 0..{self.workers - 1}")
+        if self.default_worker is not None and self.default_worker not in (
+            self.worker_ids or range(self.workers)
+        ):
+            raise PoolConfigError(f"default_worker {self.default_worker} is not owned by this pool")
+        for n in self.partition_replicas.values():
+            if not isinstance(n, int) or n < 1:
+                raise PoolConfigError(f"partition_replicas must be positive integers, got {n!r}")
         if self.reset not in ("dirty", "always"):
             raise PoolConfigError(f"reset must be 'dirty' or 'always', got {self.reset!r}")
         if self.lease_ttl_s is not None and self.lease_ttl_s <= 0:
@@ -103,131 +114,12 @@ class PoolConfig:
             raise PoolConfigError(f"close_grace_s must be >= 0, got {self.close_grace_s}")
         get_strategy(self.restore)  # fail early on an unknown name
 
-    def replicas_for(self, db_id: str) -> int:
+    def replicas_for(self, db_id: str, worker_id: int | None = None) -> int:
+        if worker_id is not None and worker_id in self.partition_replicas:
+            return self.partition_replicas[worker_id]
         if isinstance(self.replicas_per_db, Mapping):
             return self.replicas_per_db.get(db_id, 0) or 0
         return self.replicas_per_db
-
-
-class Lease:
-    """A trajectory's hold on one replica. Obtain it from `ReplicaPool.acquire`."""
-
-    def __init__(
-        self, pool: ReplicaPool, traj_id: str, replica: BackendReplica, ttl_s: float | None
-    ) -> None:
-        self._pool = pool
-        self.traj_id = traj_id
-        self.replica = replica
-        self.acquired_at = time.monotonic()
-        self._ttl = ttl_s
-        self.expires_at = float("inf") if ttl_s is None else self.acquired_at + ttl_s
-        self._sandbox: SandboxLike | None = None  # opened on first execute
-        self._box_lock = threading.Lock()
-        self._ready = False
-        self._closed = False
-        self._close_reason = ""
-
-    @property
-    def db_id(self) -> str:
-        return self.replica.db_id
-
-    @property
-    def worker_id(self) -> int:
-        return self.replica.worker_id
-
-    @property
-    def locator(self) -> str:
-        """Where the replica is (a file path for SQLite, a libpq conninfo for PostgreSQL):
-        hand it to trusted code (e.g. test cases) of this trajectory only."""
-        return self.replica.locator
-
-    @property
-    def dialect(self) -> str:
-        """The SQL dialect of the replica: ``sqlite`` or ``postgresql``."""
-        return self._pool.dialect
-
-    @property
-    def path(self) -> Path:
-        """The replica file of an SQLite pool (see `locator` for any backend)."""
-        if self._pool.dialect != "sqlite":
-            raise PoolError(f"a {self._pool.dialect} replica has no file path; use Lease.locator")
-        return Path(self.replica.locator)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"Lease(traj_id={self.traj_id!r}, db_id={self.db_id!r}, worker={self.worker_id}, {state})"
-
-    def touch(self) -> None:
-        """Extend the TTL from now (every `execute` does this)."""
-        if self._ttl is not None:
-            self.expires_at = time.monotonic() + self._ttl
-
-    def execute(self, sql: str) -> ExecResult:
-        """Run untrusted SQL on this trajectory's replica (guarded; errors are in the result)."""
-        self._check_usable()
-        self.touch()
-        result = self._box().execute(sql)
-        if self._closed:
-            raise LeaseClosedError(self._closed_message())
-        return result
-
-    async def execute_async(self, sql: str) -> ExecResult:
-        """`execute` in a worker thread, for asyncio callers."""
-        return await asyncio.to_thread(self.execute, sql)
-
-    def reset_connection(self) -> None:
-        """Close the guarded connection (rolling back an open transaction, dropping TEMP
-        objects and connection PRAGMAs); the next `execute` opens a fresh one. Use it before
-        trusted code of this trajectory opens `locator` itself and must write.
-        Waits for a running statement of this lease to end (only this trajectory waits):
-        on return no connection of the lease is open on the replica."""
-        self._close_box()
-
-    def release(self) -> bool:
-        """Give the replica back (same as `ReplicaPool.release(traj_id)`)."""
-        return self._pool.release(self.traj_id)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def _box(self) -> SandboxLike:
-        """The lease's guarded connection, opened on first use: a clean acquire then does no
-        database work at all, and a lease that is only scored through `locator` opens none."""
-        with self._box_lock:
-            if self._closed:
-                raise LeaseClosedError(self._closed_message())
-            if self._sandbox is None:
-                try:
-                    self._sandbox = self.replica.open_sandbox(self._pool.config.limits)
-                except (OSError, sqlite3.Error) as exc:
-                    raise PoolError(f"cannot open replica {self.replica.locator}: {exc}") from exc
-            return self._sandbox
-
-    def _close_box(
-        self, grace_s: float | None = None, on_closed: Callable[[], None] = lambda: None
-    ) -> bool:
-        """Close the lease's connection, waiting at most `grace_s` (None: until it is closed)
-        for a running statement. True if closed; False if the statement still runs, and
-        then its thread closes the connection when it ends and calls `on_closed`."""
-        with self._box_lock:
-            box, self._sandbox = self._sandbox, None
-        return box is None or close_sandbox(box, grace_s, on_closed)
-
-    def _check_usable(self) -> None:
-        if not self._closed and time.monotonic() > self.expires_at:
-            self._pool._expire(self)
-        if self._closed:
-            raise LeaseClosedError(self._closed_message())
-
-    def _closed_message(self) -> str:
-        return f"lease of trajectory {self.traj_id!r} on {self.db_id!r} is {self._close_reason or 'closed'}"
 
 
 class ReplicaPool:
@@ -252,7 +144,7 @@ class ReplicaPool:
         self.stats = stats if stats is not None else IOStats()
         self.backend: ReplicaBackend = backend or SQLiteBackend(config.restore)
         self.dialect = self.backend.dialect
-        self.templates: dict[str, Any] = {
+        self.templates: dict[str, BackendTemplate] = {
             db_id: self.backend.open_template(db_id, p) for db_id, p in templates.items()
         }
         if isinstance(config.replicas_per_db, Mapping):
@@ -294,7 +186,7 @@ class ReplicaPool:
         for wid in self.worker_ids:
             for db_id, template in self.templates.items():
                 part = self._partitions[(wid, db_id)] = []
-                for k in range(self.config.replicas_for(db_id)):
+                for k in range(self.config.replicas_for(db_id, wid)):
                     replica = self.backend.new_replica(template, self.root, worker_id=wid, index=k)
                     part.append(replica)
                     if replica.exists():
@@ -358,7 +250,7 @@ class ReplicaPool:
                             f"trajectory {traj_id!r} already holds a lease on {lease.db_id!r}, "
                             f"not {db_id!r}"
                         )
-                    if lease._ready:
+                    if lease.ready:
                         lease.touch()
                         return lease
                 else:
@@ -424,15 +316,14 @@ class ReplicaPool:
         except BaseException:
             with self._cond:
                 self._leases.pop(lease.traj_id, None)
-                lease._closed = True
-                lease._close_reason = "failed to start"
+                lease.end("failed to start")
                 replica.is_available = True
                 self._cond.notify_all()
             raise
         with self._cond:
-            if not lease._closed:
+            if not lease.closed:
                 lease.touch()  # the TTL counts from when the lease is usable, not the restore
-                lease._ready = True
+                lease.mark_ready()
                 self._cond.notify_all()
                 return lease
         self._finish(lease, reclaimed=False)  # the pool was closed while we restored
@@ -452,9 +343,9 @@ class ReplicaPool:
         """The open lease of `traj_id` (tools of one trajectory find its replica this way)."""
         with self._cond:
             lease = self._leases.get(traj_id)
-        if lease is None or not lease._ready:
+        if lease is None or not lease.ready:
             raise UnknownTrajectoryError(f"trajectory {traj_id!r} holds no lease")
-        lease._check_usable()
+        lease.check_usable()
         lease.touch()
         return lease
 
@@ -485,11 +376,10 @@ class ReplicaPool:
         for reset."""
         with self._cond:
             lease = self._leases.get(traj_id)
-            if lease is None or not lease._ready:
+            if lease is None or not lease.ready:
                 return False
             del self._leases[traj_id]
-            lease._closed = True
-            lease._close_reason = "released"
+            lease.end("released")
         self._finish(lease, reclaimed=False)
         return True
 
@@ -508,7 +398,7 @@ class ReplicaPool:
         dirty = True
         abandoned = False
         try:
-            abandoned = not lease._close_box(self.config.close_grace_s, returned)
+            abandoned = not lease.close_connection(self.config.close_grace_s, returned)
             if not abandoned:
                 dirty = reclaimed or self.config.reset == "always" or replica.changed()
         finally:
@@ -526,13 +416,12 @@ class ReplicaPool:
         now = time.monotonic()
         out = []
         for traj_id, lease in list(self._leases.items()):
-            if not lease._ready or lease.expires_at > now:
+            if not lease.ready or lease.expires_at > now:
                 continue
             if wid is not None and (lease.worker_id != wid or lease.db_id != db_id):
                 continue
             del self._leases[traj_id]
-            lease._closed = True
-            lease._close_reason = "expired (TTL reached without use)"
+            lease.end("expired (TTL reached without use)")
             out.append(lease)
         return out
 
@@ -541,17 +430,17 @@ class ReplicaPool:
         ends = [
             lease.expires_at
             for lease in self._leases.values()
-            if lease.worker_id == wid and lease.db_id == db_id and lease._ready
+            if lease.worker_id == wid and lease.db_id == db_id and lease.ready
         ]
         return max(min(ends, default=float("inf")) - time.monotonic(), 0.0) + 0.001
 
-    def _expire(self, lease: Lease) -> None:
+    def expire(self, lease: Lease) -> None:
+        """Reclaim `lease` if its TTL has passed (a lease checks this before each use)."""
         with self._cond:
             if self._leases.get(lease.traj_id) is not lease or lease.expires_at > time.monotonic():
                 return
             del self._leases[lease.traj_id]
-            lease._closed = True
-            lease._close_reason = "expired (TTL reached without use)"
+            lease.end("expired (TTL reached without use)")
         self._finish(lease, reclaimed=True)
 
     def reap_expired(self) -> int:
@@ -632,12 +521,14 @@ class ReplicaPool:
 
     def active_leases(self) -> list[str]:
         with self._cond:
-            return sorted(t for t, lease in self._leases.items() if lease._ready)
+            return sorted(t for t, lease in self._leases.items() if lease.ready)
 
     # -- helpers ----------------------------------------------------------------------------
 
     def _worker(self, worker_id: int | None) -> int:
         if worker_id is None:
+            if self.config.default_worker is not None:
+                return self.config.default_worker
             if len(self.worker_ids) == 1:
                 return self.worker_ids[0]
             raise PoolConfigError(
@@ -663,11 +554,10 @@ class ReplicaPool:
             leases = list(self._leases.values())
             self._leases.clear()
             for lease in leases:
-                lease._closed = True
-                lease._close_reason = "closed with its pool"
+                lease.end("closed with its pool")
         try:
             for lease in leases:
-                if lease._ready:
+                if lease.ready:
                     self._finish(lease, reclaimed=False)
         finally:
             try:

@@ -12,8 +12,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from birdrl.db.describe import describe_sqlite
+from birdrl.db.lease import LeaseLike, PoolLike
 from birdrl.db.sandbox import ErrorKind, ExecResult
 from birdrl.db.service import (
     KNOWN_ERRORS,
@@ -264,6 +266,10 @@ class RemoteTemplate:
     db_id: str
     path: Path
 
+    def describe(self, sample_rows: int = 3) -> str:
+        """The schema text prompts show (the service serves SQLite files)."""
+        return describe_sqlite(self.path, sample_rows)
+
 
 class RemotePool:
     """The subset of `ReplicaPool` that `SQLActEnv` and `ToolEnvSession` use, over a client.
@@ -311,3 +317,13 @@ class RemotePool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+if TYPE_CHECKING:  # mypy checks that both pools (and their leases) satisfy the interfaces
+    from birdrl.db.lease import Lease
+    from birdrl.db.pool import ReplicaPool
+
+    def _satisfies(
+        local: ReplicaPool, remote: RemotePool, lease: Lease, remote_lease: RemoteLease
+    ) -> tuple[PoolLike, PoolLike, LeaseLike, LeaseLike]:
+        return local, remote, lease, remote_lease

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from birdrl.db.describe import describe_sqlite
 from birdrl.db.errors import PoolConfigError, TemplateError
 from birdrl.db.iostats import IOStats
 from birdrl.db.restore import PageRestore, RestoreStrategy
@@ -157,6 +158,10 @@ class Template:
             "mtime_ns": self.mtime_ns,
             "header_sha256": self.header_sha256,
         }
+
+    def describe(self, sample_rows: int = 3) -> str:
+        """The schema text prompts show (`birdrl.db.describe.describe_sqlite`)."""
+        return describe_sqlite(self.path, sample_rows)
 
     def check_unchanged(self) -> None:
         """Raise `TemplateError` if the template file changed since the pool opened it."""

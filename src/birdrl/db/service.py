@@ -65,6 +65,7 @@ from typing import Any
 from birdrl.db import errors as db_errors
 from birdrl.db.errors import LeaseClosedError, PoolError, UnknownTrajectoryError
 from birdrl.db.pool import Lease, ReplicaPool
+from birdrl.db.replica import Template
 from birdrl.db.sandbox import ErrorKind, ExecResult
 from birdrl.db.service_config import ServiceConfig, connection_cap
 from birdrl.errors import BirdrlError
@@ -242,6 +243,16 @@ def _validate(request: object) -> tuple[str, dict[str, Any]]:
 
 def _failure(exc: BaseException) -> dict[str, Any]:
     return {"ok": False, "error": str(exc), "kind": type(exc).__name__}
+
+
+def _template_files(pool: ReplicaPool) -> dict[str, str]:
+    """db_id -> template file: the service serves SQLite pools, whose templates are files."""
+    out: dict[str, str] = {}
+    for db_id, template in pool.templates.items():
+        if not isinstance(template, Template):
+            raise PoolError(f"the pool service serves SQLite pools; {db_id!r} is not a file")
+        out[db_id] = str(template.path)
+    return out
 
 
 def _where(lease: Lease) -> dict[str, Any]:
@@ -513,7 +524,7 @@ class PoolServer:
             return {
                 "pid": os.getpid(),
                 "worker_ids": list(pool.worker_ids),
-                "templates": {db_id: str(t.path) for db_id, t in pool.templates.items()},
+                "templates": _template_files(pool),
                 "active_leases": pool.active_leases(),
                 "replicas": pool.snapshot(),
                 "io": pool.stats.as_dict(),

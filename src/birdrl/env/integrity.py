@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from threading import Lock
 
+from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.tools import render_tool_call
 from birdrl.evaluation.evaluator import Evaluator, TestReport
@@ -84,7 +85,7 @@ def used_tables(task: Task, dialect: str) -> list[str]:
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
-    read = "postgres" if dialect == "postgresql" else dialect
+    read = get_dialect(dialect).sqlglot
     names: list[str] = []
     for sql in task.sol_sql:
         if _ROUTINE.match(sql):  # trigger/function bodies: sqlglot falls back to a Command
@@ -139,7 +140,7 @@ def _drop_used_table(task: Task, dialect: str) -> Script | None:
     tables = used_tables(task, dialect)
     if not tables:
         return None
-    cascade = " CASCADE" if dialect == "postgresql" else ""
+    cascade = get_dialect(dialect).drop_cascade
     return Script((f"DROP TABLE {tables[0]}{cascade}",), tuple(task.sol_sql))
 
 
@@ -178,21 +179,7 @@ def _temp_objects(task: Task, dialect: str) -> Script:
 @behaviour("session_settings")
 def _session_settings(task: Task, dialect: str) -> Script:
     """Connection settings that change what SQL means (PRAGMAs / SET), then submit the fix."""
-    if dialect == "postgresql":
-        settings = (
-            "SET datestyle = 'SQL, DMY'",
-            "SET extra_float_digits = -15",
-            "SET enable_seqscan = off",
-            "SET TIME ZONE 'Pacific/Chatham'",
-        )
-    else:
-        settings = (
-            "PRAGMA foreign_keys = ON",
-            "PRAGMA recursive_triggers = ON",
-            "PRAGMA case_sensitive_like = ON",
-            "PRAGMA user_version = 7",
-        )
-    return Script(settings, tuple(task.sol_sql))
+    return Script(get_dialect(dialect).probe_settings, tuple(task.sol_sql))
 
 
 @dataclass(frozen=True)

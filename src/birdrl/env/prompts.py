@@ -4,14 +4,12 @@ single-turn text-to-SQL prompt (a question, its evidence and the schema)."""
 
 from __future__ import annotations
 
-import sqlite3
-from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import quote
 
-from birdrl.db.describe import sample_rows_comment
+from birdrl.db.describe import describe_sqlite
 from birdrl.db.statements import join_statements
+from birdrl.dialects import get_dialect
 from birdrl.env.types import Message
 from birdrl.tasks.model import Task, TextToSQLTask
 
@@ -52,31 +50,8 @@ SELECT ...
 Return exactly the columns the question asks for."""
 
 
-@lru_cache(maxsize=64)
-def _schema_text(path: str, mtime_ns: int, sample_rows: int) -> str:
-    conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
-    try:
-        objects = conn.execute(
-            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-            "AND name NOT LIKE 'sqlite_%' ORDER BY CASE type WHEN 'table' THEN 0 "
-            "WHEN 'view' THEN 1 ELSE 2 END, name"
-        ).fetchall()
-        parts = []
-        for kind, name, sql in objects:
-            parts.append(sql.strip() + ";")
-            if kind == "table" and sample_rows > 0:
-                quoted = '"' + name.replace('"', '""') + '"'
-                cur = conn.execute(f"SELECT * FROM {quoted} LIMIT {sample_rows}")
-                comment = sample_rows_comment(name, [d[0] for d in cur.description], cur.fetchall())
-                if comment:
-                    parts.append(comment)
-        return "\n".join(parts)
-    finally:
-        conn.close()
-
-
 class DescribesSchema(Protocol):
-    """A template that renders its own schema (e.g. a PostgreSQL template database)."""
+    """A template that renders its own schema (every pool template does)."""
 
     def describe(self, sample_rows: int = 3) -> str: ...
 
@@ -88,8 +63,7 @@ def render_schema(
     table, cut to `budget_chars` (read from the template, read-only, cached). `db_path` is
     an SQLite file, or a template object that describes itself."""
     if isinstance(db_path, (str, Path)):
-        p = Path(db_path).resolve()
-        text = _schema_text(str(p), p.stat().st_mtime_ns, sample_rows)
+        text = describe_sqlite(db_path, sample_rows)
     else:
         text = db_path.describe(sample_rows)
     if len(text) > budget_chars:
@@ -123,8 +97,7 @@ def build_messages(
     """The opening conversation of an episode (the system prompt names the `dialect`)."""
     schema = render_schema(db_path, sample_rows, budget_chars)
     system = SYSTEM_SINGLE if single_turn else SYSTEM_AGENT
-    if dialect == "postgresql":
-        system = system.replace("SQLite", "PostgreSQL")
+    system = system.replace("SQLite", get_dialect(dialect).title)
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": _user_prompt(task, schema, single_turn)},

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from birdrl.db.errors import PoolError
-from birdrl.db.pool import Lease, ReplicaPool
-from birdrl.db.remote import RemoteLease, RemotePool
+from birdrl.db.lease import LeaseLike, PoolLike
 from birdrl.db.statements import split_statements
 from birdrl.env.parse import check_calls, extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
@@ -79,7 +78,7 @@ class EnvConfig:
 class _Episode:
     task: Task
     traj_id: str
-    lease: Lease | RemoteLease | None
+    lease: LeaseLike | None
     messages: list[Message]
     started: float
     tool_calls: int = 0
@@ -101,7 +100,7 @@ class SQLActEnv:
 
     def __init__(
         self,
-        pool: ReplicaPool | RemotePool,
+        pool: PoolLike,
         evaluator: Evaluator,
         config: EnvConfig | None = None,
         *,
@@ -126,8 +125,7 @@ class SQLActEnv:
         `AcquireTimeout`."""
         self.close()
         traj = traj_id or f"traj-{uuid.uuid4().hex[:12]}"
-        tpl = self.pool.templates.get(task.db_id)
-        template = tpl if tpl is None or hasattr(tpl, "describe") else tpl.path
+        template = self.pool.templates.get(task.db_id)
         if template is None:
             raise EnvError(f"task {task.instance_id!r}: db_id {task.db_id!r} is not in the pool")
         single = self.config.mode == "single"

@@ -15,16 +15,17 @@ import os
 import shutil
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from birdrl.db.backend import pool_backend
 from birdrl.db.errors import PoolError
 from birdrl.db.pool import PoolConfig, ReplicaPool
-from birdrl.db.postgres.server import PostgresServer
+from birdrl.dialects import Engine, get_dialect
+from birdrl.dialects.sqlite import SQLiteFiles
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.runner import ExJob, ExResult, PhaseJob, PhaseResult, run_job
 from birdrl.evaluation.workers import JobTimeout, Worker, WorkerError
@@ -81,9 +82,9 @@ class EvalConfig:
     """Where replicas live; None: a temporary directory removed on close."""
     restore: str = "page"
     """SQLite restore strategy (see `PoolConfig.restore`)."""
-    server: PostgresServer | None = None
-    """Score on this PostgreSQL server (databases are then template database names);
-    None: SQLite files."""
+    engine: Engine = field(default_factory=SQLiteFiles)
+    """Where replicas are made (`birdrl.dialects`): SQLite files by default, or e.g. a
+    PostgreSQL server (databases are then template database names)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -156,20 +157,43 @@ class ExReport:
 class Evaluator:
     """Scores predictions for tasks on databases `databases` (db_id -> template file).
 
+    Every phase runs on a fresh replica leased from one pool partition. Given `pool`, the
+    evaluator scores on its partition `worker_id` (None: the pool's default) and the
+    pool's owner closes it (`scoring_session` builds one pool for exploring and scoring);
+    otherwise it builds and owns a pool of its own, `config.workers` replicas per database.
+
     Thread-safe; use as a context manager or call `close()`.
     """
 
     def __init__(
-        self, databases: Mapping[str, str | Path], config: EvalConfig | None = None
+        self,
+        databases: Mapping[str, str | Path],
+        config: EvalConfig | None = None,
+        *,
+        pool: ReplicaPool | None = None,
+        worker_id: int | None = None,
     ) -> None:
         self.config = config or EvalConfig()
         self._tmp: str | None = None
+        self._owns_pool = pool is None
+        self.worker_id = worker_id
+        self._traj_prefix = f"eval-{uuid.uuid4().hex[:8]}"  # unique in a shared pool
+        self._workers: list[Worker] = []
+        self.pool = pool if pool is not None else self._own_pool(databases)
+        self.dialect = get_dialect(self.pool.dialect)
+        self._workers = [Worker(run_job) for _ in range(self.config.workers)]
+        self._free = list(range(self.config.workers))
+        self._free_cond = threading.Condition()
+        self._ids = itertools.count()
+        self._issue_cache: dict[tuple[str, int], PhaseResult] = {}
+
+    def _own_pool(self, databases: Mapping[str, str | Path]) -> ReplicaPool:
         root = self.config.pool_root
         if root is None:
             self._tmp = tempfile.mkdtemp(prefix="birdrl-eval-")
             root = Path(self._tmp)
         try:
-            self.pool = ReplicaPool(
+            return ReplicaPool(
                 databases,
                 PoolConfig(
                     root=Path(root),
@@ -177,18 +201,13 @@ class Evaluator:
                     restore=self.config.restore,
                     acquire_timeout_s=self.config.job_timeout_s * 2 + 60,
                 ),
-                backend=pool_backend(
-                    self.config.server, restore=self.config.restore, ephemeral=self._tmp is not None
+                backend=self.config.engine.backend(
+                    restore=self.config.restore, ephemeral=self._tmp is not None
                 ),
             )
         except BaseException:
             self._remove_tmp()
             raise
-        self._workers = [Worker(run_job) for _ in range(self.config.workers)]
-        self._free = list(range(self.config.workers))
-        self._free_cond = threading.Condition()
-        self._ids = itertools.count()
-        self._issue_cache: dict[tuple[str, int], PhaseResult] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -239,7 +258,7 @@ class Evaluator:
 
         def job(path: str) -> ExJob:
             return ExJob(
-                path, pred_sql, task.sql, self.config.statement_timeout_s, dialect=self.pool.dialect
+                path, pred_sql, task.sql, self.config.statement_timeout_s, dialect=self.dialect
             )
 
         try:
@@ -254,8 +273,9 @@ class Evaluator:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
-        self.pool.close()
-        self._remove_tmp()
+        if self._owns_pool:
+            self.pool.close()
+            self._remove_tmp()
 
     def __enter__(self) -> Evaluator:
         return self
@@ -288,7 +308,7 @@ class Evaluator:
             conditions=dict(task.conditions),
             statement_timeout_s=self.config.statement_timeout_s,
             official_quirks=self.config.official_quirks,
-            dialect=self.pool.dialect,
+            dialect=self.dialect,
             efficiency=task.efficiency,
             issue_sql=task.issue_sql,
         )
@@ -315,10 +335,11 @@ class Evaluator:
         self, db_id: str, make_job: Callable[[str], PhaseJob | ExJob]
     ) -> PhaseResult | ExResult:
         """Lease a fresh replica, run the job on a free worker, release the lease."""
-        traj_id = f"eval-{next(self._ids)}"
+        traj_id = f"{self._traj_prefix}-{next(self._ids)}"
+        wait_s = self.config.job_timeout_s * 2 + 60
 
         def call(worker: Worker) -> Any:
-            with self.pool.lease(traj_id, db_id) as lease:
+            with self.pool.lease(traj_id, db_id, worker_id=self.worker_id, timeout=wait_s) as lease:
                 return worker.run(make_job(lease.locator), self.config.job_timeout_s)
 
         return self._on_worker(call)

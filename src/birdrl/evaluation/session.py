@@ -1,6 +1,7 @@
-"""A scoring session: a temporary replica pool and an evaluator over the same databases,
-the pair every episode runner needs (the environment leases from the pool; submissions are
-scored by the evaluator). Both are closed, and the pool's directory removed, on exit."""
+"""A scoring session: one replica pool and an evaluator that scores on it, the pair every
+episode runner needs. The pool has a partition to explore in (the environment leases
+trajectories there) and one to score in (the evaluator's fresh replicas), each sized for
+its user; the session owns the pool and closes it, and removes its directory, on exit."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from birdrl.db.backend import pool_backend
 from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 
-__all__ = ["scoring_session"]
+__all__ = ["scoring_partition", "scoring_session"]
+
+
+def scoring_partition(worker_id: int, workers: int) -> int:
+    """The partition where worker `worker_id` of `workers` scores: exploration partitions
+    are 0..W-1 and scoring ones W..2W-1, so every process of a shared pool lays out its
+    own pair and locks it against the others."""
+    return workers + worker_id
 
 
 @contextmanager
@@ -31,19 +38,25 @@ def scoring_session(
     """``with scoring_session(dbs, replicas_per_db=8) as (pool, evaluator): ...``
 
     The pool lives in a temporary directory, or in `pool_root` when several processes
-    share one pool: there it has `workers` partitions and this process owns `worker_id`.
-    With ``eval_config.server`` both score on that PostgreSQL server (`databases` then maps
-    db_id to template database names)."""
+    share one pool: there it has `workers` exploration partitions and this process owns
+    `worker_id`'s (and its scoring partition). Leases that name no worker go to the
+    exploration partition. With ``eval_config.engine`` a PostgreSQL server, both score on
+    it (`databases` then maps db_id to template database names)."""
+    config = eval_config or EvalConfig()
+    explore = worker_id if worker_id is not None else 0
+    score = scoring_partition(explore, workers)
     with contextlib.ExitStack() as stack:
         root = pool_root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
-        config = PoolConfig(
+        pool_config = PoolConfig(
             root=root,
             replicas_per_db=max(replicas_per_db, 1),
-            workers=workers,
-            worker_ids=None if worker_id is None else (worker_id,),
+            workers=2 * workers,
+            worker_ids=(explore, score),
+            default_worker=explore,
+            partition_replicas={score: config.workers},
+            restore=config.restore,
         )
-        server = eval_config.server if eval_config is not None else None
-        backend = pool_backend(server, ephemeral=pool_root is None)
-        pool = stack.enter_context(ReplicaPool(databases, config, backend=backend))
-        evaluator = stack.enter_context(Evaluator(databases, eval_config))
+        backend = config.engine.backend(restore=config.restore, ephemeral=pool_root is None)
+        pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
+        evaluator = stack.enter_context(Evaluator(databases, config, pool=pool, worker_id=score))
         yield pool, evaluator

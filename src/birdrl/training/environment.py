@@ -25,7 +25,8 @@ from typing import Any
 
 from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.pool import ReplicaPool
-from birdrl.db.remote import RemotePool
+from birdrl.db.remote import RemotePool, RemoteTemplate
+from birdrl.db.replica import Template
 from birdrl.db.statements import split_statements
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.types import StopReason, ToolCall
@@ -114,7 +115,10 @@ class ToolEnvSession:
         """Lease `traj_id`'s replica now and compare its content with the template's."""
         lease = self.pool.acquire(traj_id, db_id, worker_id=self.worker_id)
         if db_id not in self._fingerprints:
-            self._fingerprints[db_id] = content_fingerprint(self.pool.templates[db_id].path)
+            template = self.pool.templates[db_id]
+            if not isinstance(template, (Template, RemoteTemplate)):
+                raise BirdrlError(f"verify_clean compares SQLite files; {db_id!r} is not one")
+            self._fingerprints[db_id] = content_fingerprint(template.path)
         if content_fingerprint(lease.path) != self._fingerprints[db_id]:
             self.pool.release(traj_id)
             raise BirdrlError(

@@ -31,8 +31,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.string import TextLoader
 
-from birdrl.db.postgres.sandbox import connect_sandbox_role
-from birdrl.evaluation.helpers import (
+from birdrl.dialects.postgres.sandbox import connect_sandbox_role
+from birdrl.dialects.sqlite.helpers import (
     check_sql_function_usage,
     remove_comments,
     remove_round,
@@ -94,7 +94,7 @@ def open_connection(
     query run five times, which can then fail where a plain one would not); plus a
     server-side ``statement_timeout`` for the session and the official server's time zone.
     The session starts free of role defaults another trajectory may have set on the
-    sandbox role (see `birdrl.db.postgres.sandbox.connect_sandbox_role`)."""
+    sandbox role (see `birdrl.dialects.postgres.sandbox.connect_sandbox_role`)."""
     params = conninfo_to_dict(conninfo)
     ms = max(int(statement_timeout_s * 1000), 1)
     options = f"-c statement_timeout={ms} -c TimeZone={OFFICIAL_TIME_ZONE}"

@@ -2,7 +2,7 @@
 
 The schema is read from SQLite (``PRAGMA table_xinfo``, ``index_list``, ``foreign_key_list``
 and the ``CREATE`` texts) and rendered for PostgreSQL with sqlglot, through the transpiler
-that carries tasks over (`birdrl.tasks.transpile`): names, defaults, CHECKs, indexes, views
+that carries tasks over (`birdrl.dialects.postgres.transpile`): names, defaults, CHECKs, indexes, views
 and triggers are its output, so the tables are named as transpiled tasks name them, in
 unquoted lower case (``Album.ArtistId`` -> ``album.artistid``). `schema_sql` shows the DDL.
 
@@ -46,8 +46,7 @@ from psycopg import errors as pgerr
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from birdrl.errors import BirdrlError
-from birdrl.tasks.transpile import (
+from birdrl.dialects.postgres.transpile import (
     TranspileError,
     pg_identifier,
     pg_type,
@@ -56,6 +55,7 @@ from birdrl.tasks.transpile import (
     transpile_statements,
     transpile_trigger,
 )
+from birdrl.errors import BirdrlError
 
 __all__ = ["LoadError", "LoadReport", "SchemaNote", "load_sqlite", "schema_sql"]
 

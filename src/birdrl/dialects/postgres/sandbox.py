@@ -6,7 +6,7 @@ The guards are the server's own, plus a client-side watchdog:
   databases, is no superuser, owns no database, cannot create roles, databases or
   extensions and is in none of the ``pg_*_server_files`` / ``pg_execute_server_program``
   roles (so no ``COPY ... PROGRAM``, no ``pg_read_file``, no server-side ``lo_import``);
-  see `birdrl.db.postgres.backend` for how the role is set up and checked;
+  see `birdrl.dialects.postgres.backend` for how the role is set up and checked;
 * ``statement_timeout`` / ``lock_timeout`` / ``idle_in_transaction_session_timeout`` are
   set for the session, and because the model may ``SET statement_timeout = 0``, a watchdog
   cancels any statement that runs past the limit anyway;
@@ -43,7 +43,7 @@ from birdrl.db.sandbox import (
     finished,
     value_size,
 )
-from birdrl.db.statements import split_postgres_statements
+from birdrl.dialects.postgres.statements import split_postgres_statements
 
 __all__ = ["PGSandbox", "connect_sandbox_role", "session_options"]
 

@@ -1,7 +1,8 @@
 """Where a PostgreSQL pool lives: an admin connection string and the names it uses.
 
 A plain, picklable value (no connection, no psycopg import) so configs can carry it; each
-pool makes its own `PostgresBackend` from it with `backend()`.
+pool makes its own `PostgresBackend` from it with `backend()`. It is PostgreSQL's
+`birdrl.dialects.Engine`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from birdrl.db.postgres.backend import PostgresBackend
+    from birdrl.dialects.base import Prepared
+    from birdrl.dialects.postgres.backend import PostgresBackend
+    from birdrl.tasks.benchmark import Benchmark
 
 __all__ = ["PostgresServer", "require_psycopg"]
 
@@ -48,10 +51,16 @@ class PostgresServer:
     (~100-120 ms per restore), file_copy 30% faster at 93 MB; with fsync on, file_copy's
     two checkpoints cost more (see docs/postgresql.md)."""
 
-    def backend(self, *, ephemeral: bool = False) -> PostgresBackend:
-        """A backend for one pool; `ephemeral` drops its replica databases on close."""
+    @property
+    def dialect(self) -> str:
+        return "postgresql"
+
+    def backend(self, *, restore: str = "page", ephemeral: bool = False) -> PostgresBackend:
+        """A backend for one pool; `ephemeral` drops its replica databases on close.
+        (`restore` names an SQLite strategy: a PostgreSQL replica is cloned again from its
+        template, see `PostgresBackend`.)"""
         require_psycopg()
-        from birdrl.db.postgres.backend import PostgresBackend
+        from birdrl.dialects.postgres.backend import PostgresBackend
 
         return PostgresBackend(
             self.admin_dsn,
@@ -61,3 +70,10 @@ class PostgresServer:
             ephemeral=ephemeral,
             create_strategy=self.create_strategy,
         )
+
+    def prepare(self, bench: Benchmark) -> Prepared:
+        """Tasks and template databases of `bench` on this server
+        (`birdrl.dialects.postgres.prepare`)."""
+        from birdrl.dialects.postgres.prepare import prepare_benchmark
+
+        return prepare_benchmark(self, bench)

@@ -10,8 +10,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from birdrl.db.postgres.load import load_sqlite
-from birdrl.db.postgres.server import PostgresServer
+from birdrl.dialects.postgres.load import load_sqlite
+from birdrl.dialects.postgres.server import PostgresServer
 
 __all__ = ["sqlite_templates_on_server"]
 

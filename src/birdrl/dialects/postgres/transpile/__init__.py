@@ -6,7 +6,7 @@ SQLite's *meaning* where the two engines silently differ, because a task whose s
 returns other rows on PostgreSQL is worse than a task dropped:
 
 - identifiers become unquoted lower case (``"Album"`` -> ``album``), as
-  `birdrl.db.postgres.load` names tables and columns (`pg_identifier`);
+  `birdrl.dialects.postgres.load` names tables and columns (`pg_identifier`);
 - ``ROUND``/``AVG``/``TOTAL``/``julianday`` return double precision (floats, as in SQLite),
   rounding half away from zero; ``CAST(x AS INTEGER)`` truncates;
 - ``LIKE`` is case-insensitive (``ILIKE``), ``GLOB`` becomes an anchored regex,
@@ -41,9 +41,13 @@ import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from birdrl.tasks.model import Task, TextToSQLTask
-from birdrl.tasks.transpile.common import DIALECT, TranspileError, pg_identifier, pg_type
-from birdrl.tasks.transpile.statements import (
+from birdrl.dialects.postgres.transpile.common import (
+    DIALECT,
+    TranspileError,
+    pg_identifier,
+    pg_type,
+)
+from birdrl.dialects.postgres.transpile.statements import (
     check_dialects,
     transpile_condition,
     transpile_expression,
@@ -51,7 +55,8 @@ from birdrl.tasks.transpile.statements import (
     transpile_statements,
     transpile_trigger,
 )
-from birdrl.tasks.transpile.testcases import transpile_test_case
+from birdrl.dialects.postgres.transpile.testcases import transpile_test_case
+from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
     "DIALECT",

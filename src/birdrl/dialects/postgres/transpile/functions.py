@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
-from birdrl.tasks.transpile.common import (
+from birdrl.dialects.postgres.transpile.common import (
     DOUBLE_PRECISION,
     TranspileError,
     cast_to,

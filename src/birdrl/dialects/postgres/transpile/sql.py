@@ -12,7 +12,7 @@ from sqlglot import exp
 from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ErrorLevel, SqlglotError
 
-from birdrl.tasks.transpile.common import (
+from birdrl.dialects.postgres.transpile.common import (
     COMPARISONS,
     CONDITIONS,
     DOUBLE_PRECISION,
@@ -26,7 +26,7 @@ from birdrl.tasks.transpile.common import (
     now_expr,
     pg_type,
 )
-from birdrl.tasks.transpile.functions import convert_anonymous
+from birdrl.dialects.postgres.transpile.functions import convert_anonymous
 
 # ----------------------------------------------------------------------- parse, render
 
@@ -409,7 +409,7 @@ def _aggregate_bare_columns(select: exp.Select, ctes: set[str]) -> None:
 def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expr:
     """SQLite's ``a IS b``: ``COALESCE(a = b, a IS NULL AND b IS NULL)``. Not ``IS NOT
     DISTINCT FROM``: the official PostgreSQL evaluator deletes every DISTINCT word before
-    comparing results (`birdrl.evaluation.pg_helpers.remove_distinct`)."""
+    comparing results (`birdrl.dialects.postgres.helpers.remove_distinct`)."""
     a, b = node.this, node.expression
     both_null = exp.And(
         this=exp.Is(this=a.copy(), expression=exp.Null()),

@@ -10,8 +10,8 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token
 
-from birdrl.tasks.transpile.common import TranspileError, pg_identifier
-from birdrl.tasks.transpile.sql import convert_tree, parse_sqlite, render_postgres
+from birdrl.dialects.postgres.transpile.common import TranspileError, pg_identifier
+from birdrl.dialects.postgres.transpile.sql import convert_tree, parse_sqlite, render_postgres
 
 # ------------------------------------------------------------------------- statements
 

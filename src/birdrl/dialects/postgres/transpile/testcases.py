@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 import re
 
-from birdrl.tasks.transpile.common import TranspileError
-from birdrl.tasks.transpile.statements import transpile_statements
+from birdrl.dialects.postgres.transpile.common import TranspileError
+from birdrl.dialects.postgres.transpile.statements import transpile_statements
 
 # ---------------------------------------------------------------------------- test cases
 
