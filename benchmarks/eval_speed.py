@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from birdrl.evaluation import EvalConfig, Evaluator
+from birdrl.evaluation import EvalConfig, open_evaluator
 from birdrl.evaluation.suite import scripted_predictions
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.model import Task
@@ -50,7 +50,7 @@ def main() -> None:
     ]
     config = EvalConfig(workers=args.workers, cache_issue_check=args.cache_issue_check)
     t0 = time.perf_counter()
-    with Evaluator(bench.databases, config) as evaluator:
+    with open_evaluator(bench.databases, config) as evaluator:
         t1 = time.perf_counter()
         evaluator.evaluate_many(items[: args.workers])  # start the worker processes
         t2 = time.perf_counter()

@@ -18,7 +18,7 @@ from birdrl.env.parse import parse_turn
 from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
 from birdrl.env.tools import render_tool_call
 from birdrl.env.types import StopReason, ToolCall
-from birdrl.evaluation import EvalConfig, Evaluator
+from birdrl.evaluation import EvalConfig, open_evaluator
 from birdrl.tasks import parse_record
 
 MARKER_TEST = (
@@ -48,7 +48,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def evaluator(db: Path):
-    with Evaluator({"shop": db}, EvalConfig(workers=2, job_timeout_s=20)) as ev:
+    with open_evaluator({"shop": db}, EvalConfig(workers=2, job_timeout_s=20)) as ev:
         yield ev
 
 

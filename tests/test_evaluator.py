@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from birdrl.evaluation import EvalConfig, Evaluator, TaskNotScorableError
+from birdrl.evaluation import EvalConfig, Evaluator, TaskNotScorableError, open_evaluator
 from birdrl.tasks import TextToSQLTask, parse_record
 
 COUNT_NULLS = (
@@ -39,7 +39,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def evaluator(db: Path):
-    with Evaluator({"shop": db}, EvalConfig(workers=2, job_timeout_s=3)) as ev:
+    with open_evaluator({"shop": db}, EvalConfig(workers=2, job_timeout_s=3)) as ev:
         yield ev
 
 

@@ -306,7 +306,7 @@ def test_embedded_model_plays_episodes_end_to_end(prepared: Path, tmp_path: Path
     from birdrl.agents.rollout import RolloutConfig, run_episodes
     from birdrl.db import PoolConfig, ReplicaPool
     from birdrl.env.sqlact import EnvConfig
-    from birdrl.evaluation import EvalConfig, Evaluator
+    from birdrl.evaluation import EvalConfig, open_evaluator
     from birdrl.tasks import parse_record
 
     db = tmp_path / "users.sqlite"
@@ -324,7 +324,7 @@ def test_embedded_model_plays_episodes_end_to_end(prepared: Path, tmp_path: Path
     config = RolloutConfig(concurrency=2, env=EnvConfig(max_tool_calls=1))
     with (
         ReplicaPool({"users": db}, PoolConfig(root=tmp_path / "pool", replicas_per_db=2)) as pool,
-        Evaluator({"users": db}, EvalConfig(workers=1)) as evaluator,
+        open_evaluator({"users": db}, EvalConfig(workers=1)) as evaluator,
     ):
         trajs = run_episodes(
             [task, task], agent, pool, evaluator, config, token_counter=token_counter_for(agent)

@@ -12,7 +12,7 @@ import pytest
 
 from birdrl.env.parse import extract_answer
 from birdrl.env.prompts import SYSTEM_TEXT2SQL, build_text2sql_messages
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation import EvalConfig, open_evaluator
 from birdrl.tasks import TextToSQLTask
 from birdrl.tasks.benchmark import BenchmarkSpecError, open_benchmark
 from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
@@ -103,7 +103,7 @@ def test_every_gold_query_returns_rows(
 def test_gold_scores_correct_and_wrong_sql_does_not(
     source: list[TextToSQLTask], databases: dict[str, Path]
 ) -> None:
-    with Evaluator(databases, EvalConfig(workers=2)) as evaluator:
+    with open_evaluator(databases, EvalConfig(workers=2)) as evaluator:
         reports = [evaluator.execution_accuracy(task, task.sql) for task in source]
         wrong = evaluator.execution_accuracy(source[0], "SELECT -1")
         failing = evaluator.execution_accuracy(source[0], "SELECT * FROM no_such_table")

@@ -13,7 +13,7 @@ import pytest
 from birdrl.agents.base import Agent
 from birdrl.env.types import Message
 from birdrl.errors import BirdrlError
-from birdrl.evaluation import EvalConfig, Evaluator, TaskNotScorableError
+from birdrl.evaluation import EvalConfig, Evaluator, TaskNotScorableError, open_evaluator
 from birdrl.tasks import Task, TextToSQLTask
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.bundled import build_databases
@@ -72,7 +72,7 @@ def tasks(bench: Benchmark) -> dict[str, Task | TextToSQLTask]:
 
 @pytest.fixture(scope="module")
 def evaluator(bench: Benchmark) -> Iterator[Evaluator]:
-    with Evaluator(bench.databases, EvalConfig(workers=2, job_timeout_s=60)) as ev:
+    with open_evaluator(bench.databases, EvalConfig(workers=2, job_timeout_s=60)) as ev:
         yield ev
 
 

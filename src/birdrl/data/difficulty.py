@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.session import open_evaluator
 from birdrl.tasks.model import Task
 from birdrl.tasks.subset import stratified_subset
 
@@ -34,7 +35,7 @@ def issue_sql_credit(
     if not scorable:
         return {}
     config = replace(eval_config or EvalConfig(), check_issue_sql=False)
-    with Evaluator(used, config) as evaluator:
+    with open_evaluator(used, config) as evaluator:
         reports = evaluator.evaluate_many([(t, list(t.issue_sql)) for t in scorable])
     return {t.instance_id: r.reward for t, r in zip(scorable, reports, strict=True)}
 

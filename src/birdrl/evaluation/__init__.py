@@ -7,5 +7,14 @@ from birdrl.evaluation.evaluator import (
     TaskNotScorableError,
     TestReport,
 )
+from birdrl.evaluation.session import open_evaluator, scoring_session
 
-__all__ = ["EvalConfig", "Evaluator", "ExReport", "TaskNotScorableError", "TestReport"]
+__all__ = [
+    "EvalConfig",
+    "Evaluator",
+    "ExReport",
+    "TaskNotScorableError",
+    "TestReport",
+    "open_evaluator",
+    "scoring_session",
+]

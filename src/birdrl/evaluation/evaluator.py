@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
-import tempfile
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from birdrl.db.errors import PoolError
-from birdrl.db.pool import PoolConfig, ReplicaPool
+from birdrl.db.pool import ReplicaPool
 from birdrl.dialects import Engine, get_dialect
 from birdrl.dialects.sqlite import SQLiteFiles
 from birdrl.errors import BirdrlError
@@ -155,59 +153,33 @@ class ExReport:
 
 
 class Evaluator:
-    """Scores predictions for tasks on databases `databases` (db_id -> template file).
+    """Scores predictions for tasks, each phase on a fresh replica leased from partition
+    `worker_id` of `pool` (None: the pool's default partition).
 
-    Every phase runs on a fresh replica leased from one pool partition. Given `pool`, the
-    evaluator scores on its partition `worker_id` (None: the pool's default) and the
-    pool's owner closes it (`scoring_session` builds one pool for exploring and scoring);
-    otherwise it builds and owns a pool of its own, `config.workers` replicas per database.
+    It receives its pool and never closes it: the pool's owner does. `scoring_session`
+    builds one pool to explore and score in; `open_evaluator` builds a pool for scoring
+    only (`config.workers` replicas per database) and closes both.
 
-    Thread-safe; use as a context manager or call `close()`.
+    Thread-safe; use as a context manager or call `close()` (which stops its workers).
     """
 
     def __init__(
         self,
-        databases: Mapping[str, str | Path],
+        pool: ReplicaPool,
         config: EvalConfig | None = None,
         *,
-        pool: ReplicaPool | None = None,
         worker_id: int | None = None,
     ) -> None:
         self.config = config or EvalConfig()
-        self._tmp: str | None = None
-        self._owns_pool = pool is None
+        self.pool = pool
         self.worker_id = worker_id
+        self.dialect = get_dialect(pool.dialect)
         self._traj_prefix = f"eval-{uuid.uuid4().hex[:8]}"  # unique in a shared pool
-        self._workers: list[Worker] = []
-        self.pool = pool if pool is not None else self._own_pool(databases)
-        self.dialect = get_dialect(self.pool.dialect)
         self._workers = [Worker(run_job) for _ in range(self.config.workers)]
         self._free = list(range(self.config.workers))
         self._free_cond = threading.Condition()
         self._ids = itertools.count()
         self._issue_cache: dict[tuple[str, int], PhaseResult] = {}
-
-    def _own_pool(self, databases: Mapping[str, str | Path]) -> ReplicaPool:
-        root = self.config.pool_root
-        if root is None:
-            self._tmp = tempfile.mkdtemp(prefix="birdrl-eval-")
-            root = Path(self._tmp)
-        try:
-            return ReplicaPool(
-                databases,
-                PoolConfig(
-                    root=Path(root),
-                    replicas_per_db=self.config.workers,
-                    restore=self.config.restore,
-                    acquire_timeout_s=self.config.job_timeout_s * 2 + 60,
-                ),
-                backend=self.config.engine.backend(
-                    restore=self.config.restore, ephemeral=self._tmp is not None
-                ),
-            )
-        except BaseException:
-            self._remove_tmp()
-            raise
 
     # -- public API -------------------------------------------------------------------------
 
@@ -273,9 +245,6 @@ class Evaluator:
     def close(self) -> None:
         for worker in self._workers:
             worker.close()
-        if self._owns_pool:
-            self.pool.close()
-            self._remove_tmp()
 
     def __enter__(self) -> Evaluator:
         return self
@@ -361,8 +330,3 @@ class Evaluator:
             issue_sql_passed=issue_passed,
             infra_error=infra_error,
         )
-
-    def _remove_tmp(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None

@@ -1,7 +1,13 @@
-"""A scoring session: one replica pool and an evaluator that scores on it, the pair every
-episode runner needs. The pool has a partition to explore in (the environment leases
-trajectories there) and one to score in (the evaluator's fresh replicas), each sized for
-its user; the session owns the pool and closes it, and removes its directory, on exit."""
+"""Who owns the pool an evaluator scores on.
+
+* `scoring_session`: one replica pool and an evaluator that scores on it, the pair every
+  episode runner needs. The pool has a partition to explore in (the environment leases
+  trajectories there) and one to score in (the evaluator's fresh replicas), each sized
+  for its user.
+* `open_evaluator`: an evaluator over a pool built for scoring only (prediction files,
+  task validation).
+
+Either way the session owns the pool: it closes it, and removes its directory, on exit."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from pathlib import Path
 from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 
-__all__ = ["scoring_partition", "scoring_session"]
+__all__ = ["open_evaluator", "scoring_partition", "scoring_session"]
 
 
 def scoring_partition(worker_id: int, workers: int) -> int:
@@ -58,5 +64,28 @@ def scoring_session(
         )
         backend = config.engine.backend(restore=config.restore, ephemeral=pool_root is None)
         pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
-        evaluator = stack.enter_context(Evaluator(databases, config, pool=pool, worker_id=score))
+        evaluator = stack.enter_context(Evaluator(pool, config, worker_id=score))
         yield pool, evaluator
+
+
+@contextmanager
+def open_evaluator(
+    databases: Mapping[str, str | Path], config: EvalConfig | None = None
+) -> Iterator[Evaluator]:
+    """``with open_evaluator(dbs, config) as evaluator:`` an evaluator over a pool of its
+    own: `config.workers` replicas of every database (one per scoring in flight) under
+    `config.pool_root`, or a temporary directory removed on exit."""
+    config = config or EvalConfig()
+    with contextlib.ExitStack() as stack:
+        root = config.pool_root or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="birdrl-eval-"))
+        )
+        pool_config = PoolConfig(
+            root=root,
+            replicas_per_db=config.workers,
+            restore=config.restore,
+            acquire_timeout_s=config.job_timeout_s * 2 + 60,
+        )
+        backend = config.engine.backend(restore=config.restore, ephemeral=config.pool_root is None)
+        pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
+        yield stack.enter_context(Evaluator(pool, config))

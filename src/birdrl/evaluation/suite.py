@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from birdrl.errors import BirdrlError
-from birdrl.evaluation.evaluator import EvalConfig, Evaluator, TaskNotScorableError, TestReport
+from birdrl.evaluation.evaluator import EvalConfig, TaskNotScorableError, TestReport
 from birdrl.evaluation.metrics import Summary, summarize
+from birdrl.evaluation.session import open_evaluator
 from birdrl.tasks.model import Task
 
 __all__ = [
@@ -133,7 +134,7 @@ def evaluate_suite(
     ids = {t.instance_id for t in tasks}
     missing = [t for t in tasks if t.instance_id not in predictions]
     unmatched = tuple(i for i in predictions if i not in ids)
-    with Evaluator(databases, config) as evaluator:
+    with open_evaluator(databases, config) as evaluator:
         reports = evaluator.evaluate_many(
             [(t, predictions.get(t.instance_id, [])) for t in tasks], progress=progress
         )
@@ -184,7 +185,7 @@ def validate_tasks(
     }
     base = config or EvalConfig()
     cfg = EvalConfig(**{**base.__dict__, "check_issue_sql": True})
-    with Evaluator(databases, cfg) as evaluator:
+    with open_evaluator(databases, cfg) as evaluator:
         reports = evaluator.evaluate_many([(t, t.sol_sql) for t in scorable], progress=progress)
     for t, report in zip(scorable, reports, strict=True):
         verdict: Verdict

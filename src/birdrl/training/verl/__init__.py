@@ -17,6 +17,7 @@ imported only when its tool classes are asked for. See docs/verl.md.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
@@ -152,6 +153,7 @@ class VerlRuntime:
         self._lock = threading.RLock()
         self._bench: Benchmark | None = None
         self._evaluator: Evaluator | None = None
+        self._scoring = contextlib.ExitStack()  # owns the evaluator and its scoring pool
         self._scorer: VerlScorer | None = None
         self._pool: ReplicaPool | None = None
         self._store: TrajectoryStore | None = None
@@ -168,12 +170,14 @@ class VerlRuntime:
     def evaluator(self) -> Evaluator:
         with self._lock:
             if self._evaluator is None:
-                from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+                from birdrl.evaluation import EvalConfig, open_evaluator
 
                 cfg = EvalConfig(
                     workers=self.config.eval_workers, job_timeout_s=self.config.job_timeout_s
                 )
-                self._evaluator = Evaluator(self.benchmark().databases, cfg)
+                self._evaluator = self._scoring.enter_context(
+                    open_evaluator(self.benchmark().databases, cfg)
+                )
             return self._evaluator
 
     def scorer(self) -> VerlScorer:
@@ -250,8 +254,7 @@ class VerlRuntime:
                 self._store.close()
             if self._pool is not None:
                 self._pool.close()
-            if self._evaluator is not None:
-                self._evaluator.close()
+            self._scoring.close()  # the evaluator's workers, then its pool
             if self._tmp is not None:
                 shutil.rmtree(self._tmp, ignore_errors=True)
             self._store = self._pool = self._evaluator = self._scorer = None
