@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from birdrl.evaluation import EvalConfig, Evaluator, TaskNotScorableError, open_evaluator
+from birdrl.evaluation import (
+    EvalConfig,
+    Evaluator,
+    TaskNotScorableError,
+    open_evaluator,
+    scoring_session,
+)
 from birdrl.tasks import TextToSQLTask, parse_record
 
 COUNT_NULLS = (
@@ -143,3 +149,28 @@ def test_execution_accuracy_compares_multisets(evaluator: Evaluator) -> None:
     assert not evaluator.execution_accuracy(t2s, "SELECT DISTINCT grp FROM t").correct
     bad = evaluator.execution_accuracy(t2s, "SELECT nope FROM t")
     assert not bad.correct and "no such column" in (bad.error or "")
+
+
+def test_an_evaluator_is_given_its_pool_and_says_so_when_given_databases(db: Path) -> None:
+    with pytest.raises(TypeError, match="use birdrl.evaluation.open_evaluator"):
+        Evaluator({"shop": db}, EvalConfig(workers=1))  # type: ignore[arg-type]
+
+
+def test_a_scoring_session_explores_in_one_partition_and_scores_in_another(db: Path) -> None:
+    fix = task(
+        issue_sql=["SELECT 1"],
+        sol_sql=["UPDATE t SET v = 0 WHERE v IS NULL"],
+        test_cases=[COUNT_NULLS, ROWS_KEPT],
+    )
+    config = EvalConfig(workers=2, job_timeout_s=20)
+    with scoring_session({"shop": db}, replicas_per_db=3, eval_config=config) as (pool, ev):
+        assert ev.pool is pool  # one pool, owned by the session
+        assert [len(pool.replicas(worker_id=w)) for w in (0, 1)] == [3, 2]
+        lease = pool.acquire("explore-1", "shop")  # no worker named: the exploration partition
+        assert lease.worker_id == 0
+        assert lease.execute("DELETE FROM t").ok  # the explorer empties its replica
+        report = ev.evaluate(fix, fix.sol_sql)  # ROWS_KEPT fails on the explorer's replica
+        assert report.success, report.errors
+        assert pool.active_leases() == ["explore-1"]
+        assert any(r.need_reset for r in pool.replicas(worker_id=1))  # the fix wrote there
+        assert not any(r.need_reset for r in pool.replicas(worker_id=0))

@@ -513,8 +513,8 @@ def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
     sock_dir = Path(tempfile.mkdtemp(prefix="bsv-", dir="/tmp"))  # socket paths are short
     sock = sock_dir / "s.sock"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "birdrl", "pool", "serve", "--socket", str(sock)]
-        + ["--root", str(tmp_path / "pool"), "--replicas-per-db", "1"],
+        [sys.executable, "-X", "faulthandler", "-m", "birdrl", "pool", "serve"]
+        + ["--socket", str(sock), "--root", str(tmp_path / "pool"), "--replicas-per-db", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -530,7 +530,12 @@ def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
         client.close()
     finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread
+            proc.send_signal(signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"birdrl pool serve did not stop within 30 s of SIGINT:\n{err[-6000:]}")
     assert proc.returncode == 0, err
     assert "serving 6 databases" in out and not sock.exists()
 

@@ -170,6 +170,11 @@ class Evaluator:
         *,
         worker_id: int | None = None,
     ) -> None:
+        if not isinstance(pool, ReplicaPool):
+            raise TypeError(
+                f"Evaluator takes the ReplicaPool it scores on, not {type(pool).__name__}; "
+                "to score on databases, use birdrl.evaluation.open_evaluator(databases, config)"
+            )
         self.config = config or EvalConfig()
         self.pool = pool
         self.worker_id = worker_id
