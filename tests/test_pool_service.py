@@ -503,7 +503,9 @@ def test_other_users_are_refused(server: PoolServer, sock_dir: Path) -> None:
     assert probe() == "refused"
 
 
-def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path, stop: str) -> None:
+    """Also when started with SIGINT ignored, as a shell starts a background job."""
     import signal
     import subprocess
     import sys
@@ -518,6 +520,7 @@ def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         deadline = time.monotonic() + 60
@@ -529,13 +532,13 @@ def test_cli_pool_serve_serves_until_interrupted(tmp_path: Path) -> None:
         assert client.release("cli-1") is True
         client.close()
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, stop))
         try:
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread
             proc.send_signal(signal.SIGABRT)
             out, err = proc.communicate(timeout=30)
-            pytest.fail(f"birdrl pool serve did not stop within 30 s of SIGINT:\n{err[-6000:]}")
+            pytest.fail(f"birdrl pool serve did not stop within 30 s of {stop}:\n{err[-6000:]}")
     assert proc.returncode == 0, err
     assert "serving 6 databases" in out and not sock.exists()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import signal
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
@@ -192,6 +193,17 @@ def pool_bench(
         except OSError as exc:
             raise BirdrlError(f"cannot write the results to {json_path}: {exc}") from exc
         console.print(f"results written to [bold]{json_path}[/]", highlight=False)
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop the server cleanly (socket removed, leases released), also
+    when it was started in the background, where the shell makes it ignore SIGINT."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 class BenchProgressBars:
@@ -390,7 +402,8 @@ def pool_serve(
         ),
     ] = None,
 ) -> None:
-    """Serve a replica pool to other processes of this user on this node (until Ctrl-C)."""
+    """Serve a replica pool to other processes of this user on this node (until Ctrl-C or
+    SIGTERM)."""
     from birdrl.db.pool import PoolConfig, ReplicaPool
     from birdrl.db.service import PoolServer
     from birdrl.tasks.benchmark import open_benchmark
@@ -410,6 +423,7 @@ def pool_serve(
                 "connections (Ctrl-C stops)"
             )
             try:
+                _stop_on_signals()
                 server.serve_forever()
             except KeyboardInterrupt:
                 console.print("stopped")
