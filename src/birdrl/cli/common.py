@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,7 +22,7 @@ from rich.progress import (
 
 from birdrl.errors import BirdrlError
 
-__all__ = ["clean_errors", "labelled_bars", "results_console"]
+__all__ = ["clean_errors", "labelled_bars", "results_console", "stop_on_signals"]
 
 
 @contextmanager
@@ -35,6 +36,18 @@ def clean_errors() -> Iterator[None]:
             f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
         )
         raise typer.Exit(1) from None
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in this (the main) thread, so a server the
+    command runs stops cleanly on Ctrl-C or ``kill``, also when it was started in the
+    background, where the shell makes it ignore SIGINT."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def results_console() -> Console:

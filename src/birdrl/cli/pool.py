@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import signal
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,7 +33,7 @@ from birdrl.bench.run import (
     plan_bench,
     run_bench,
 )
-from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.common import clean_errors, results_console, stop_on_signals
 from birdrl.db.service_config import ServiceConfig
 from birdrl.errors import BirdrlError
 
@@ -193,17 +192,6 @@ def pool_bench(
         except OSError as exc:
             raise BirdrlError(f"cannot write the results to {json_path}: {exc}") from exc
         console.print(f"results written to [bold]{json_path}[/]", highlight=False)
-
-
-def _stop_on_signals() -> None:
-    """SIGINT and SIGTERM stop the server cleanly (socket removed, leases released), also
-    when it was started in the background, where the shell makes it ignore SIGINT."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
 
 
 class BenchProgressBars:
@@ -423,7 +411,7 @@ def pool_serve(
                 "connections (Ctrl-C stops)"
             )
             try:
-                _stop_on_signals()
+                stop_on_signals()
                 server.serve_forever()
             except KeyboardInterrupt:
                 console.print("stopped")

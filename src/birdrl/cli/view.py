@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.common import clean_errors, results_console, stop_on_signals
 from birdrl.view.build import build_view, resolve_tasks, serve_site
 
 __all__ = ["view_command"]
@@ -54,6 +54,7 @@ def view_command(
         if open_browser:
             webbrowser.open(index.resolve().as_uri())
         if serve:
+            stop_on_signals()
             serve_site(
                 index.parent,
                 port,
