@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from birdrl.dialects.mysql.local import LocalMariaDB, find_mariadb_bin
 from birdrl.dialects.postgres.cluster import LocalCluster, find_pg_bin
 from birdrl.evaluation.dialects import DialectRun
 
@@ -132,6 +133,28 @@ def pg_cluster() -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[LocalMariaDB]:
+    """A throwaway MariaDB server for the whole session (mariadb-install-db into a temp dir).
+
+    Skips with the reason when the server binaries or PyMySQL are absent; where
+    ``BIRDRL_REQUIRE_MYSQL=1`` (set by `.ci/run`) their absence is an error instead."""
+    missing = None
+    if importlib.util.find_spec("pymysql") is None:
+        missing = "PyMySQL is not installed (pip install -e '.[mysql]')"
+    elif find_mariadb_bin() is None:
+        missing = "MariaDB server binaries not found (apt-get install mariadb-server)"
+    if missing is not None:
+        if os.environ.get("BIRDRL_REQUIRE_MYSQL") == "1":
+            pytest.fail(f"BIRDRL_REQUIRE_MYSQL=1 but {missing}")
+        pytest.skip(missing)
+    server = LocalMariaDB.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
