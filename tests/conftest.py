@@ -112,22 +112,25 @@ def template(make_template: Callable[..., Path]) -> Path:
     return make_template()
 
 
+def require_service(flag: str, module: str, extra: str, binaries: bool, package: str) -> None:
+    """Skip with the reason when a server's Python driver (`module`) or its binaries are
+    absent; where ``{flag}=1`` (set by `.ci/run`) their absence fails the test instead."""
+    missing = None
+    if importlib.util.find_spec(module) is None:
+        missing = f"{module} is not installed (pip install -e '.[{extra}]')"
+    elif not binaries:
+        missing = f"the server binaries are not installed (apt-get install {package})"
+    if missing is not None:
+        if os.environ.get(flag) == "1":
+            pytest.fail(f"{flag}=1 but {missing}")
+        pytest.skip(missing)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[LocalCluster]:
-    """A throwaway PostgreSQL cluster for the whole session (initdb into a temp dir).
-
-    Skips with the reason when the server binaries or psycopg are absent; where
-    ``BIRDRL_REQUIRE_POSTGRES=1`` (set by `.ci/run`) their absence is an error instead."""
-    required = os.environ.get("BIRDRL_REQUIRE_POSTGRES") == "1"
-    missing = None
-    if importlib.util.find_spec("psycopg") is None:
-        missing = "psycopg is not installed (pip install -e '.[postgresql]')"
-    elif find_pg_bin() is None:
-        missing = "PostgreSQL server binaries not found (apt-get install postgresql)"
-    if missing is not None:
-        if required:
-            pytest.fail(f"BIRDRL_REQUIRE_POSTGRES=1 but {missing}")
-        pytest.skip(missing)
+    """A throwaway PostgreSQL cluster for the whole session (initdb into a temp dir)."""
+    binaries = find_pg_bin() is not None
+    require_service("BIRDRL_REQUIRE_POSTGRES", "psycopg", "postgresql", binaries, "postgresql")
     cluster = LocalCluster.start()
     try:
         yield cluster
@@ -137,19 +140,9 @@ def pg_cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[LocalMariaDB]:
-    """A throwaway MariaDB server for the whole session (mariadb-install-db into a temp dir).
-
-    Skips with the reason when the server binaries or PyMySQL are absent; where
-    ``BIRDRL_REQUIRE_MYSQL=1`` (set by `.ci/run`) their absence is an error instead."""
-    missing = None
-    if importlib.util.find_spec("pymysql") is None:
-        missing = "PyMySQL is not installed (pip install -e '.[mysql]')"
-    elif find_mariadb_bin() is None:
-        missing = "MariaDB server binaries not found (apt-get install mariadb-server)"
-    if missing is not None:
-        if os.environ.get("BIRDRL_REQUIRE_MYSQL") == "1":
-            pytest.fail(f"BIRDRL_REQUIRE_MYSQL=1 but {missing}")
-        pytest.skip(missing)
+    """A throwaway MariaDB server for the whole session (mariadb-install-db into a temp dir)."""
+    binaries = find_mariadb_bin() is not None
+    require_service("BIRDRL_REQUIRE_MYSQL", "pymysql", "mysql", binaries, "mariadb-server")
     server = LocalMariaDB.start()
     try:
         yield server
