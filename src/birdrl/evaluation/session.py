@@ -84,8 +84,7 @@ def open_evaluator(
             root=root,
             replicas_per_db=config.workers,
             restore=config.restore,
-            acquire_timeout_s=config.job_timeout_s * 2 + 60,
-        )
+        )  # no acquire_timeout_s: the evaluator passes its own wait to every lease
         backend = config.engine.backend(restore=config.restore, ephemeral=config.pool_root is None)
         pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
         yield stack.enter_context(Evaluator(pool, config))
