@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
@@ -52,18 +53,18 @@ def scoring_session(
     explore = worker_id if worker_id is not None else 0
     score = scoring_partition(explore, workers)
     with contextlib.ExitStack() as stack:
-        root = pool_root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
-        pool_config = PoolConfig(
-            root=root,
+        pool = _open_pool(
+            stack,
+            databases,
+            config,
+            pool_root,
+            prefix,
             replicas_per_db=max(replicas_per_db, 1),
             workers=2 * workers,
             worker_ids=(explore, score),
             default_worker=explore,
             partition_replicas={score: config.workers},
-            restore=config.restore,
         )
-        backend = config.engine.backend(restore=config.restore, ephemeral=pool_root is None)
-        pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
         evaluator = stack.enter_context(Evaluator(pool, config, worker_id=score))
         yield pool, evaluator
 
@@ -77,14 +78,29 @@ def open_evaluator(
     `config.pool_root`, or a temporary directory removed on exit."""
     config = config or EvalConfig()
     with contextlib.ExitStack() as stack:
-        root = config.pool_root or Path(
-            stack.enter_context(tempfile.TemporaryDirectory(prefix="birdrl-eval-"))
-        )
-        pool_config = PoolConfig(
-            root=root,
+        # no acquire_timeout_s: the evaluator passes its own wait to every lease
+        pool = _open_pool(
+            stack,
+            databases,
+            config,
+            config.pool_root,
+            "birdrl-eval-",
             replicas_per_db=config.workers,
-            restore=config.restore,
-        )  # no acquire_timeout_s: the evaluator passes its own wait to every lease
-        backend = config.engine.backend(restore=config.restore, ephemeral=config.pool_root is None)
-        pool = stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
+        )
         yield stack.enter_context(Evaluator(pool, config))
+
+
+def _open_pool(
+    stack: contextlib.ExitStack,
+    databases: Mapping[str, str | Path],
+    config: EvalConfig,
+    root: Path | None,
+    prefix: str,
+    **layout: Any,
+) -> ReplicaPool:
+    """A pool on `config.engine` laid out as `layout` says (`PoolConfig` fields), in `root`
+    or a temporary directory (its replicas then dropped with it), closed with `stack`."""
+    where = root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+    pool_config = PoolConfig(root=where, restore=config.restore, **layout)
+    backend = config.engine.backend(restore=config.restore, ephemeral=root is None)
+    return stack.enter_context(ReplicaPool(databases, pool_config, backend=backend))
