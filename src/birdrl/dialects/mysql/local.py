@@ -34,6 +34,8 @@ _SETTINGS = (
     "--skip-name-resolve",
     "--character-set-server=utf8mb4",
     "--collation-server=utf8mb4_general_ci",
+    "--performance-schema=ON",  # per-table write counters: the pool's dirty detection
+    "--table-definition-cache=4000",
 )
 
 
@@ -91,8 +93,9 @@ class LocalMariaDB:
 
     @property
     def dsn(self) -> str:
-        """A URI for the server's ``root`` account over loopback TCP."""
-        return f"mysql://root@127.0.0.1:{self.port}/"
+        """A URI (`birdrl.dialects.mysql.dsn`) for the server's ``root`` account over its
+        Unix socket."""
+        return f"mysql://root@127.0.0.1:{self.port}/?unix_socket={self.socket_path}"
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``pymysql.connect`` for ``root`` over the Unix socket."""

@@ -1,0 +1,321 @@
+"""Reading a MySQL-family database as admin, for trusted purposes: the per-object state
+that dirty detection compares (`object_state`), the per-table write counters of the
+server (`write_counts`), a logical content fingerprint (tests, audits) and the schema
+text prompts show (`describe`).
+
+`object_state` maps every object of a database to a digest of what the server says about
+it, so that comparing two states names exactly the objects that differ (table-level
+restore re-clones only those). A table's digest covers its ``information_schema`` rows
+(columns, indexes, constraints, options, ``AUTO_INCREMENT``, create time), its InnoDB
+table id (``TRUNCATE`` and copying ``ALTER TABLE`` make a new one without moving a write
+counter) and its persistent statistics (``ANALYZE TABLE`` writes ``mysql.innodb_*_stats``
+and, with ``PERSISTENT FOR``, ``mysql.*_stats``), because a later trajectory's plans and
+``information_schema`` reads would see them; their ``last_update`` is left out, since
+InnoDB's background recalculation rewrites it after the pool's own clone with the same
+values, and no sandbox user can read it. Rows are not in it: the server's write
+counters (`write_counts`) say which tables were written.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from birdrl.db.describe import sample_rows_comment
+
+__all__ = [
+    "DATABASE",
+    "ObjectKey",
+    "describe",
+    "fingerprint",
+    "object_state",
+    "quote",
+    "write_counts",
+]
+
+ObjectKey = tuple[str, str]
+"""(kind, name): kind is database, table, view, trigger, procedure, function or event."""
+DATABASE: ObjectKey = ("database", "")
+
+_QUERIES: tuple[tuple[str, str, str], ...] = (
+    # (kind, name column, query with one %s for the schema); the name column is the key
+    (
+        "table",
+        "TABLE_NAME",
+        "SELECT TABLE_NAME, TABLE_TYPE, ENGINE, CREATE_TIME, AUTO_INCREMENT, TABLE_COLLATION,"
+        " CREATE_OPTIONS, TABLE_COMMENT FROM information_schema.TABLES"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_TYPE <> 'VIEW'",
+    ),
+    (
+        "table",
+        "TABLE_NAME",
+        "SELECT TABLE_NAME, COLUMN_NAME, ORDINAL_POSITION, COLUMN_DEFAULT, IS_NULLABLE,"
+        " COLUMN_TYPE, COLLATION_NAME, EXTRA, GENERATION_EXPRESSION, COLUMN_COMMENT"
+        " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME NOT IN"
+        " (SELECT TABLE_NAME FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s)",
+    ),
+    (
+        "table",
+        "TABLE_NAME",
+        "SELECT TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME, NON_UNIQUE, SUB_PART,"
+        " INDEX_TYPE, COLLATION, NULLABLE, INDEX_COMMENT"
+        " FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s",
+    ),
+    (
+        "table",
+        "TABLE_NAME",
+        "SELECT k.TABLE_NAME, k.CONSTRAINT_NAME, k.COLUMN_NAME, k.ORDINAL_POSITION,"
+        " k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME,"
+        " r.UPDATE_RULE, r.DELETE_RULE FROM information_schema.KEY_COLUMN_USAGE k"
+        " LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS r"
+        " ON r.CONSTRAINT_SCHEMA = k.TABLE_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME"
+        " AND r.TABLE_NAME = k.TABLE_NAME WHERE k.TABLE_SCHEMA = %s",
+    ),
+    (
+        "table",
+        "TABLE_NAME",
+        "SELECT TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS"
+        " WHERE CONSTRAINT_SCHEMA = %s",
+    ),
+    (
+        "table",
+        "table_name",
+        "SELECT table_name, n_rows, clustered_index_size, sum_of_other_index_sizes"
+        " FROM mysql.innodb_table_stats WHERE database_name = %s",
+    ),
+    (
+        "table",
+        "table_name",
+        "SELECT table_name, index_name, stat_name, stat_value"
+        " FROM mysql.innodb_index_stats WHERE database_name = %s",
+    ),
+    (
+        "view",
+        "TABLE_NAME",
+        "SELECT TABLE_NAME, VIEW_DEFINITION, CHECK_OPTION, DEFINER, SECURITY_TYPE"
+        " FROM information_schema.VIEWS WHERE TABLE_SCHEMA = %s",
+    ),
+    (
+        "trigger",
+        "TRIGGER_NAME",
+        "SELECT TRIGGER_NAME, EVENT_MANIPULATION, EVENT_OBJECT_TABLE, ACTION_ORDER,"
+        " ACTION_STATEMENT, ACTION_TIMING, CREATED, DEFINER, SQL_MODE"
+        " FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s",
+    ),
+    (
+        "routine",
+        "ROUTINE_NAME",
+        "SELECT CONCAT(LOWER(ROUTINE_TYPE), ':', ROUTINE_NAME), ROUTINE_DEFINITION, CREATED,"
+        " LAST_ALTERED, DEFINER, SECURITY_TYPE, SQL_MODE, IS_DETERMINISTIC, SQL_DATA_ACCESS"
+        " FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s",
+    ),
+    (
+        "event",
+        "EVENT_NAME",
+        "SELECT EVENT_NAME, EVENT_DEFINITION, STATUS, CREATED, LAST_ALTERED, DEFINER"
+        " FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s",
+    ),
+)
+_OPTIONAL: tuple[tuple[str, str], ...] = (
+    # server-specific sources: skipped when the server has no such table
+    (
+        "table",  # MariaDB: InnoDB's table id changes on TRUNCATE and copying ALTER
+        "SELECT SUBSTRING_INDEX(NAME, '/', -1), TABLE_ID, N_COLS, SPACE"
+        " FROM information_schema.INNODB_SYS_TABLES WHERE NAME LIKE CONCAT(%s, '/%%')",
+    ),
+    (
+        "table",  # MySQL 8
+        "SELECT SUBSTRING_INDEX(NAME, '/', -1), TABLE_ID, N_COLS, SPACE"
+        " FROM information_schema.INNODB_TABLES WHERE NAME LIKE CONCAT(%s, '/%%')",
+    ),
+    (
+        "table",  # MariaDB engine-independent statistics (ANALYZE ... PERSISTENT FOR)
+        "SELECT table_name, 'table', cardinality FROM mysql.table_stats WHERE db_name = %s"
+        " UNION ALL SELECT table_name, column_name, CONCAT_WS(',', min_value, max_value,"
+        " nulls_ratio, avg_length, avg_frequency, hist_size) FROM mysql.column_stats"
+        " WHERE db_name = %s UNION ALL SELECT table_name, CONCAT(index_name, '.', prefix_arity),"
+        " avg_frequency FROM mysql.index_stats WHERE db_name = %s",
+    ),
+)
+
+
+def quote(name: str) -> str:
+    """A backtick-quoted identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _schema_row(cur: Any, db: str) -> tuple[Any, ...] | None:
+    cur.execute(
+        "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM"
+        " information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+        (db,),
+    )
+    row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def object_state(conn: Any, db: str) -> dict[ObjectKey, str] | None:
+    """Digest of every object of database `db` (see the module docstring), None if the
+    database does not exist. A few milliseconds on the bundled databases (a dozen
+    ``information_schema`` queries, whatever the number of tables)."""
+    parts: dict[ObjectKey, list[str]] = defaultdict(list)
+    with conn.cursor() as cur:
+        schema = _schema_row(cur, db)
+        if schema is None:
+            return None
+        parts[DATABASE].append(repr(schema))
+        for kind, _, query in _QUERIES:
+            cur.execute(query, (db,) * query.count("%s"))
+            _collect(parts, kind, cur.fetchall())
+        for kind, query in _OPTIONAL:
+            args = (db,) * query.count("%s")
+            try:
+                cur.execute(query, args)
+            except Exception as exc:  # this server lacks the table: nothing to read there
+                if _error_code(exc) not in (1109, 1146, 1049):  # unknown table / database
+                    raise
+                continue
+            _collect(parts, kind, cur.fetchall())
+    return {
+        key: hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32]
+        for key, lines in parts.items()
+    }
+
+
+def _collect(parts: dict[ObjectKey, list[str]], kind: str, rows: Iterable[Any]) -> None:
+    for row in rows:
+        name = str(row[0])
+        if kind == "routine":
+            kind_of, _, name = name.partition(":")
+            parts[(kind_of, name)].append(repr(tuple(row[1:])))
+        else:
+            parts[(kind, name)].append(repr(tuple(row[1:])))
+
+
+def _error_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def write_counts(conn: Any, db: str) -> dict[str, int] | None:
+    """Rows written per table of `db` since the server started, from performance_schema
+    (``COUNT_WRITE``: inserts, updates, deletes, whichever session made them; reads do not
+    count); None where the server runs without performance_schema."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.performance_schema")
+        row = cur.fetchone()
+        if not row or not int(row[0]):
+            return None
+        cur.execute(
+            "SELECT OBJECT_NAME, COUNT_WRITE FROM"
+            " performance_schema.table_io_waits_summary_by_table"
+            " WHERE OBJECT_TYPE = 'TABLE' AND OBJECT_SCHEMA = %s",
+            (db,),
+        )
+        return {str(name): int(count) for name, count in cur.fetchall()}
+
+
+def checksums(conn: Any, db: str, tables: Iterable[str]) -> dict[str, int]:
+    """``CHECKSUM TABLE`` of each table (a full read: the fallback where the server keeps
+    no write counters)."""
+    names = sorted(tables)
+    if not names:
+        return {}
+    with conn.cursor() as cur:
+        cur.execute("CHECKSUM TABLE " + ", ".join(f"{quote(db)}.{quote(t)}" for t in names))
+        return {str(t).split(".", 1)[-1]: int(c or 0) for t, c in cur.fetchall()}
+
+
+def tables_of(state: dict[ObjectKey, str]) -> list[str]:
+    return sorted(name for kind, name in state if kind == "table")
+
+
+def fingerprint(conn: Any, db: str) -> str:
+    """SHA-256 of the logical content of `db`: every object's definition (as
+    ``SHOW CREATE`` prints it, ``AUTO_INCREMENT`` included) and every table's rows in
+    primary-key or full-row order. For tests and audits, not for the pool's hot path."""
+    digest = hashlib.sha256()
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
+            (db,),
+        )
+        for name, kind in cur.fetchall():
+            what = "VIEW" if kind == "VIEW" else "TABLE"
+            cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
+            digest.update(_portable(str(cur.fetchone()[1]), db).encode())
+            if what == "TABLE":
+                cur.execute(f"SELECT * FROM {quote(db)}.{quote(name)}")
+                for line in sorted(repr(tuple(r)) for r in cur.fetchall()):
+                    digest.update(line.encode())
+        for kind, query in (
+            (
+                "TRIGGER",
+                "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s",
+            ),
+            (
+                "PROCEDURE",
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'PROCEDURE'",
+            ),
+            (
+                "FUNCTION",
+                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'FUNCTION'",
+            ),
+            ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
+        ):
+            cur.execute(query + " ORDER BY 1", (db,))
+            for (name,) in cur.fetchall():
+                cur.execute(f"SHOW CREATE {kind} {quote(db)}.{quote(name)}")
+                row = cur.fetchone()
+                text = _portable(str(row[2] if kind != "EVENT" else row[3]), db)
+                digest.update(f"{kind}:{name}:{text}".encode())
+    return digest.hexdigest()
+
+
+_DEFINER = re.compile(r"DEFINER=`(?:[^`]|``)*`@`(?:[^`]|``)*`\s*")
+
+
+def _portable(create: str, db: str) -> str:
+    """`create` without what differs between a template and its replicas by design: the
+    schema name views are qualified with, and the definer."""
+    return _DEFINER.sub("", create.replace(quote(db) + ".", ""))
+
+
+def describe(dsn: str, db: str, key: str, sample_rows: int = 3) -> str:
+    """CREATE TABLE / VIEW text of `db` with `sample_rows` rows per table as comments (read
+    as admin; cached per `key`, which names the template's identity)."""
+    return _describe(dsn, db, key, sample_rows)
+
+
+@functools.lru_cache(maxsize=64)
+def _describe(dsn: str, db: str, key: str, sample_rows: int) -> str:
+    from birdrl.dialects.mysql.dsn import connect
+
+    blocks: list[str] = []
+    with connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_TYPE = 'VIEW', TABLE_NAME",
+            (db,),
+        )
+        for name, kind in cur.fetchall():
+            what = "VIEW" if kind == "VIEW" else "TABLE"
+            cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
+            text = str(cur.fetchone()[1])
+            if what == "VIEW":  # the definer and the schema name mean nothing to a prompt
+                text = "CREATE VIEW " + quote(name) + text[text.index(" AS ") :]
+                text = text.replace(quote(db) + ".", "")
+            block = text.strip() + ";"
+            if what == "TABLE" and sample_rows > 0:
+                cur.execute(f"SELECT * FROM {quote(db)}.{quote(name)} LIMIT {int(sample_rows)}")
+                columns = [d[0] for d in cur.description or ()]
+                rows = cur.fetchall()
+                if rows:
+                    block += "\n" + sample_rows_comment(name, columns, rows)
+            blocks.append(block)
+    return "\n\n".join(blocks)

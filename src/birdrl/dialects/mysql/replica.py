@@ -1,0 +1,444 @@
+"""MySQL templates and replicas (see `birdrl.dialects.mysql.backend` for the design): a
+template is a database on the server whose objects are read once (``SHOW CREATE``); a
+replica is a database cloned from it, restored object by object."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from birdrl.db.errors import PoolError, RestoreError, TemplateError
+from birdrl.db.iostats import IOStats
+from birdrl.db.replica import read_state, write_state
+from birdrl.db.sandbox import SandboxLimits
+from birdrl.dialects.mysql.inspect import (
+    DATABASE,
+    ObjectKey,
+    checksums,
+    describe,
+    object_state,
+    quote,
+    tables_of,
+    write_counts,
+)
+from birdrl.dialects.mysql.sandbox import MySQLSandbox
+
+if TYPE_CHECKING:
+    from birdrl.dialects.mysql.backend import MySQLBackend
+
+__all__ = ["MySQLReplica", "MySQLTemplate", "replica_name"]
+
+_DEFINER = re.compile(r"DEFINER=`(?:[^`]|``)*`@`(?:[^`]|``)*`")
+_COPY_MODE = "NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION"
+"""sql_mode while copying rows: keeps zero ids and values strict mode would refuse."""
+
+
+@dataclass(frozen=True)
+class _Object:
+    kind: str  # table, view, trigger, procedure, function
+    name: str
+    create: str
+    sql_mode: str = ""
+    table: str = ""  # a trigger's table
+    columns: tuple[str, ...] = ()  # a table's stored (non-generated) columns
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class MySQLTemplate:
+    """A template database on the server; no replica user can reach it."""
+
+    db_id: str
+    dbname: str
+    charset: str
+    collation: str
+    objects: dict[ObjectKey, _Object]
+    state: dict[ObjectKey, str]
+    writes: dict[str, int] | None
+    backend: MySQLBackend = field(repr=False)
+
+    @property
+    def size(self) -> int:
+        return sum(o.size for o in self.objects.values())
+
+    @classmethod
+    def open(cls, backend: MySQLBackend, db_id: str, dbname: str) -> MySQLTemplate:
+        with backend.connect_admin() as conn:
+            state = object_state(conn, dbname)
+            if state is None:
+                raise TemplateError(
+                    f"template database {dbname!r} for db_id {db_id!r} does not exist on the server"
+                )
+            if _analyze(conn, dbname, tables_of(state)):  # statistics as a fresh clone has them
+                state = object_state(conn, dbname) or state
+            if any(kind == "event" for kind, _ in state):
+                raise TemplateError(
+                    f"template database {dbname!r} has events; replicas cannot copy scheduled work"
+                )
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME"
+                    " FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                    (dbname,),
+                )
+                charset, collation = cur.fetchone()
+                objects = _read_objects(cur, dbname, state)
+            writes = write_counts(conn, dbname)
+        return cls(db_id, dbname, charset, collation, objects, state, writes, backend)
+
+    def identity(self) -> dict[str, Any]:
+        """What a replica's record must match: the template's name and objects."""
+        digest = hashlib.sha256(repr(sorted(self.state.items())).encode()).hexdigest()[:16]
+        return {"dbname": self.dbname, "objects": digest}
+
+    def describe(self, sample_rows: int = 3) -> str:
+        return describe(
+            self.backend.admin_dsn, self.dbname, self.identity()["objects"], sample_rows
+        )
+
+    def check_unchanged(self) -> None:
+        """Raise `TemplateError` if the template's objects or rows changed since it was
+        opened (server write counters; objects compared only when the counters are off)."""
+        with self.backend.connect_admin() as conn:
+            if self.writes is not None:
+                same = write_counts(conn, self.dbname) == self.writes
+            else:
+                same = object_state(conn, self.dbname) == self.state
+        if not same:
+            raise TemplateError(
+                f"template database {self.dbname!r} for db_id {self.db_id!r} changed while the pool used it"
+            )
+
+
+def _read_objects(cur: Any, db: str, state: dict[ObjectKey, str]) -> dict[ObjectKey, _Object]:
+    out: dict[ObjectKey, _Object] = {}
+    cur.execute(
+        "SELECT TABLE_NAME, DATA_LENGTH + INDEX_LENGTH FROM information_schema.TABLES"
+        " WHERE TABLE_SCHEMA = %s AND TABLE_TYPE <> 'VIEW'",
+        (db,),
+    )
+    sizes = {str(n): int(s or 0) for n, s in cur.fetchall()}
+    for kind, name in sorted(state):
+        target = f"{quote(db)}.{quote(name)}"
+        if kind == "table":
+            cur.execute(f"SHOW CREATE TABLE {target}")
+            create = str(cur.fetchone()[1])
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s"
+                " AND TABLE_NAME = %s AND GENERATION_EXPRESSION IS NULL"
+                " AND EXTRA NOT LIKE '%%GENERATED%%' ORDER BY ORDINAL_POSITION",
+                (db, name),
+            )
+            columns = tuple(str(r[0]) for r in cur.fetchall())
+            out[(kind, name)] = _Object(
+                kind, name, create, columns=columns, size=sizes.get(name, 0)
+            )
+        elif kind == "view":
+            cur.execute(f"SHOW CREATE VIEW {target}")
+            out[(kind, name)] = _Object(kind, name, str(cur.fetchone()[1]))
+        elif kind == "trigger":
+            cur.execute(f"SHOW CREATE TRIGGER {target}")
+            row = cur.fetchone()
+            cur.execute(
+                "SELECT EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS"
+                " WHERE TRIGGER_SCHEMA = %s AND TRIGGER_NAME = %s",
+                (db, name),
+            )
+            table = str(cur.fetchone()[0])
+            out[(kind, name)] = _Object(kind, name, str(row[2]), str(row[1]), table=table)
+        elif kind in ("procedure", "function"):
+            cur.execute(f"SHOW CREATE {kind.upper()} {target}")
+            row = cur.fetchone()
+            out[(kind, name)] = _Object(kind, name, str(row[2]), str(row[1]))
+    return out
+
+
+def _analyze(conn: Any, db: str, tables: list[str]) -> bool:
+    """``ANALYZE TABLE`` `tables` of `db`; a template gets it too, so that its replicas and
+    it show the planner the same statistics."""
+    if not tables:
+        return False
+    with conn.cursor() as cur:
+        cur.execute("ANALYZE TABLE " + ", ".join(f"{quote(db)}.{quote(t)}" for t in tables))
+        cur.fetchall()
+    return True
+
+
+@dataclass
+class _Clean:
+    """A replica's state right after its restore: what must stay equal."""
+
+    state: dict[ObjectKey, str]
+    writes: dict[str, int] | None
+    checks: dict[str, int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": {f"{k}\t{n}": v for (k, n), v in self.state.items()},
+            "writes": self.writes,
+            "checks": self.checks,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _Clean:
+        state: dict[ObjectKey, str] = {}
+        for key, value in data["state"].items():
+            kind, _, name = str(key).partition("\t")
+            state[(kind, name)] = str(value)
+        return cls(state, data.get("writes"), data.get("checks"))
+
+
+class MySQLReplica:
+    """One replica database; its clean-state record lives in a small file under the pool
+    root, so a restarted pool can trust replicas whose state did not move."""
+
+    def __init__(
+        self,
+        backend: MySQLBackend,
+        template: MySQLTemplate,
+        root: Path,
+        *,
+        worker_id: int,
+        index: int,
+    ) -> None:
+        self.backend = backend
+        self._template = template
+        self._worker_id = worker_id
+        self._index = index
+        pool = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
+        self.dbname = replica_name(f"{backend.prefix}_{pool}", worker_id, template.db_id, index)
+        self.user = backend.user_of(self.dbname)
+        self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.my.json"
+        self.is_available = True
+        self.need_reset = True
+        self.restores = 0
+        self.objects_restored = 0
+        self._clean: _Clean | None = None
+        self._dirty: set[ObjectKey] | None = None
+
+    @property
+    def template(self) -> MySQLTemplate:
+        return self._template
+
+    @property
+    def worker_id(self) -> int:
+        return self._worker_id
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def db_id(self) -> str:
+        return self._template.db_id
+
+    @property
+    def locator(self) -> str:
+        """DSN of the replica as its own user."""
+        return self.backend.replica_dsn(self.dbname)
+
+    def __repr__(self) -> str:
+        return f"MySQLReplica({self.dbname!r}, available={self.is_available}, need_reset={self.need_reset})"
+
+    def exists(self) -> bool:
+        return bool(
+            self.backend.query(
+                "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+                (self.dbname,),
+            )
+        )
+
+    def recover(self) -> bool:
+        self._clean = None
+        fields = read_state(self.state_path, self._template.identity(), "clean")
+        try:
+            self._clean = _Clean.from_json(fields or {})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return False
+        if self.changed():
+            self._clean = None
+            return False
+        return True
+
+    # -- dirty detection --------------------------------------------------------------------
+
+    def changed(self) -> bool:
+        """True if the replica may differ from its template; remembers which objects do,
+        for `restore`. A server error while checking counts as changed (everything)."""
+        import pymysql
+
+        self._dirty = None
+        clean = self._clean
+        if clean is None:
+            return True
+        try:
+            dirty = self._changed(clean)
+        except (pymysql.err.Error, PoolError):  # doubt means dirty
+            return True
+        self._dirty = dirty
+        return dirty is None or bool(dirty)
+
+    def _changed(self, clean: _Clean) -> set[ObjectKey] | None:
+        backend = self.backend
+        settled = backend.settle(self.dbname)
+        repaired = backend.repair_user(self.dbname)
+        leftover_xa = backend.rollback_xa()
+        if not settled or leftover_xa:
+            return None
+        with backend.connect_admin() as conn:
+            now = object_state(conn, self.dbname)
+            if now is None:
+                return None
+            writes = write_counts(conn, self.dbname)
+            checks = checksums(conn, self.dbname, tables_of(now)) if writes is None else None
+        dirty = {k for k in now.keys() | clean.state.keys() if now.get(k) != clean.state.get(k)}
+        if writes is not None and clean.writes is not None:
+            moved = {
+                t
+                for t in writes.keys() | clean.writes.keys()
+                if writes.get(t) != clean.writes.get(t)
+            }
+        elif checks is not None and clean.checks is not None:
+            moved = {
+                t
+                for t in checks.keys() | clean.checks.keys()
+                if checks.get(t) != clean.checks.get(t)
+            }
+        else:
+            return None
+        dirty |= {("table", t) for t in moved}
+        if DATABASE in dirty:
+            return None
+        if repaired and not dirty:
+            return set()  # the user was put back; the database itself is clean
+        return dirty
+
+    # -- restore ----------------------------------------------------------------------------
+
+    def restore(self, stats: IOStats, category: str = "restore") -> None:
+        """Re-clone what `changed` found different (or, after any doubt, a whole new
+        database), then record the clean state."""
+        import pymysql
+
+        dirty, self._dirty = self._dirty, None
+        whole = dirty is None or self.backend.scope == "database" or category == "provision"
+        self._clean = None
+        self.state_path.unlink(missing_ok=True)
+        backend = self.backend
+        try:
+            backend.settle(self.dbname, timeout_s=2.0)
+            backend.rollback_xa()
+            with backend.connect_admin() as conn, stats.measure(category) as op:
+                if whole:
+                    written = self._clone_database(conn)
+                else:
+                    assert dirty is not None
+                    written = self._restore_objects(conn, dirty)
+                op.add(read=written, written=written)
+                clean = self._record(conn)
+        except pymysql.err.Error as exc:
+            raise RestoreError(f"cannot restore replica database {self.dbname!r}: {exc}") from exc
+        write_state(self.state_path, self._template.identity(), "clean", clean.to_json())
+        self._clean = clean
+        self.restores += 1
+
+    def _record(self, conn: Any) -> _Clean:
+        state = object_state(conn, self.dbname)
+        if state is None:
+            raise RestoreError(f"replica database {self.dbname!r} vanished right after its restore")
+        writes = write_counts(conn, self.dbname)
+        checks = checksums(conn, self.dbname, tables_of(state)) if writes is None else None
+        return _Clean(state, writes, checks)
+
+    def _clone_database(self, conn: Any) -> int:
+        tpl = self._template
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {quote(self.dbname)}")
+            cur.execute(
+                f"CREATE DATABASE {quote(self.dbname)} CHARACTER SET {tpl.charset}"
+                f" COLLATE {tpl.collation}"
+            )
+        self.objects_restored += len(tpl.objects)
+        return self._create(conn, set(tpl.objects))
+
+    def _restore_objects(self, conn: Any, dirty: set[ObjectKey]) -> int:
+        """Drop the dirty objects the replica has, then create the template's versions of
+        them, plus the template's triggers of every re-created table."""
+        tpl = self._template
+        current = object_state(conn, self.dbname) or {}
+        with conn.cursor() as cur:
+            cur.execute(f"USE {quote(self.dbname)}")
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            for kind in ("trigger", "view", "procedure", "function", "event", "table"):
+                for k, name in sorted(dirty):
+                    if k == kind and (k, name) in current:
+                        cur.execute(f"DROP {kind.upper()} IF EXISTS {quote(name)}")
+        tables = {n for k, n in dirty if k == "table" and (k, n) in tpl.objects}
+        wanted = {key for key in dirty if key in tpl.objects}
+        wanted |= {
+            key for key, obj in tpl.objects.items() if obj.kind == "trigger" and obj.table in tables
+        }
+        self.objects_restored += len(dirty)
+        return self._create(conn, wanted)
+
+    def _create(self, conn: Any, keys: set[ObjectKey]) -> int:
+        """Create the template's objects `keys` in the replica (tables with their rows
+        first, then views in dependency order, routines, triggers); returns bytes copied."""
+        tpl, db = self._template, self.dbname
+        definer = f"DEFINER={quote(self.user)}@{quote(self.backend.user_host)}"
+        import pymysql
+
+        written = 0
+        with conn.cursor() as cur:
+            cur.execute(f"USE {quote(db)}")
+            cur.execute("SET SESSION foreign_key_checks = 0, unique_checks = 0")
+            cur.execute("SET SESSION sql_mode = %s", (_COPY_MODE,))
+            objs = [tpl.objects[k] for k in sorted(keys)]
+            tables = [o for o in objs if o.kind == "table"]
+            for obj in tables:
+                cur.execute(obj.create)
+                columns = ", ".join(quote(c) for c in obj.columns)
+                cur.execute(
+                    f"INSERT INTO {quote(db)}.{quote(obj.name)} ({columns})"
+                    f" SELECT {columns} FROM {quote(tpl.dbname)}.{quote(obj.name)}"
+                )
+                written += obj.size
+            # persistent statistics now, not by InnoDB's background thread later
+            _analyze(conn, db, [o.name for o in tables])
+            views = [o for o in objs if o.kind == "view"]
+            while views:  # a view over a view not created yet waits for the next round
+                failed: list[_Object] = []
+                error: Exception | None = None
+                for obj in views:
+                    text = _DEFINER.sub(definer, obj.create, count=1)
+                    try:
+                        cur.execute(text.replace(quote(tpl.dbname) + ".", quote(db) + "."))
+                    except pymysql.err.Error as exc:
+                        failed.append(obj)
+                        error = exc
+                if error is not None and len(failed) == len(views):
+                    raise error
+                views = failed
+            for obj in objs:
+                if obj.kind in ("procedure", "function", "trigger"):
+                    cur.execute("SET SESSION sql_mode = %s", (obj.sql_mode,))
+                    cur.execute(_DEFINER.sub(definer, obj.create, count=1))
+        return written
+
+    def open_sandbox(self, limits: SandboxLimits) -> MySQLSandbox:
+        return MySQLSandbox(self.locator, limits, killer=self.backend.kill_query)
+
+
+def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
+    """A database name within MySQL's 64 characters, unique per (worker, db_id, index)."""
+    clean = re.sub(r"[^a-z0-9_]", "_", db_id.lower())
+    head = f"{prefix}_w{worker_id:03d}_"
+    tail = f"_r{index:03d}"
+    room = 64 - len(head) - len(tail)
+    if len(clean) > room or clean != db_id:
+        digest = hashlib.sha1(db_id.encode()).hexdigest()[:8]
+        clean = clean[: room - 9] + "_" + digest
+    return head + clean + tail
