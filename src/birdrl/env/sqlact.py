@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from birdrl.db.errors import PoolError
 from birdrl.db.lease import LeaseLike, PoolLike
-from birdrl.db.statements import split_statements
+from birdrl.dialects import get_dialect
 from birdrl.env.parse import check_calls, extract_answer, parse_turn, sql_argument
 from birdrl.env.prompts import build_messages
 from birdrl.env.tools import TOOL_NAMES, TOOLS, format_result
@@ -314,7 +314,7 @@ class SQLActEnv:
                 ep, "No SQL answer block found.", 0.0, StopReason.SUBMITTED, no_answer=True
             )
         # the answer block is a script: its statements are the prediction's list
-        ep.submission = split_statements(sql) or [sql]
+        ep.submission = get_dialect(self.pool.dialect).split_statements(sql) or [sql]
         report = self._score(ep, ep.submission)
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         return self._end(

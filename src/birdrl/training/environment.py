@@ -17,6 +17,7 @@ failure gives ``None`` so TRL keeps it out of the advantage instead of scoring i
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import types
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.pool import ReplicaPool
 from birdrl.db.remote import RemotePool, RemoteTemplate
 from birdrl.db.replica import Template
-from birdrl.db.statements import split_statements
+from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.env.types import StopReason, ToolCall
 from birdrl.errors import BirdrlError
@@ -164,7 +165,8 @@ class SQLActToolEnv:
         self._reward = 0.0
         self._done = False
         self._calls = 0
-        replica = str(self._session.pool.get(traj_id).path)
+        # where the replica is, without the credentials a server locator carries
+        replica = re.sub(r"://[^@/]*@", "://", self._session.pool.get(traj_id).locator)
         with self._session.stats.lock:
             self._session.stats.episodes += 1
             self._session.stats.leases.append((traj_id, replica))
@@ -193,7 +195,8 @@ class SQLActToolEnv:
         Returns:
             How many hidden tests passed.
         """
-        statements = split_statements(sql) if isinstance(sql, str) else []
+        split = get_dialect(self._session.pool.dialect).split_statements
+        statements = split(sql) if isinstance(sql, str) else []
         argument: str | list[str] = statements if len(statements) > 1 else sql
         return self._call("submit_solution", argument)
 
