@@ -159,5 +159,5 @@ def pg_bundled_test(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
     from birdrl.tasks.benchmark import open_benchmark
 
     bench = open_benchmark("bundled:test")
-    with open_dialect(bench, "postgresql", EvalConfig(workers=2), pg_dsn=pg_cluster.dsn) as run:
+    with open_dialect(bench, "postgresql", EvalConfig(workers=2), dsn=pg_cluster.dsn) as run:
         yield run

@@ -348,7 +348,7 @@ def test_transpiled_bundled_tasks_validate_and_gold_scores_100(pg_cluster: Local
     from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
 
     bench = open_benchmark("bundled:test")
-    with open_dialect(bench, "postgresql", EvalConfig(workers=2), pg_dsn=pg_cluster.dsn) as run:
+    with open_dialect(bench, "postgresql", EvalConfig(workers=2), dsn=pg_cluster.dsn) as run:
         assert run.dialect == "postgresql"
         assert len(run.tasks) + len(run.dropped) == 48
         print(f"bundled:test on PostgreSQL: {len(run.tasks)}/48 transpile and validate")

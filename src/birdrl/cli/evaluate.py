@@ -112,13 +112,15 @@ def eval_command(
     dialect: Annotated[
         str,
         typer.Option(
-            help="sqlite, or postgresql (SQLite task sets are transpiled; tasks that do not "
-            "transpile or validate are dropped and counted)."
+            help="sqlite, postgresql or mysql (SQLite task sets are transpiled; tasks that do "
+            "not transpile or validate are dropped and counted)."
         ),
     ] = "sqlite",
     dialects: Annotated[
         str | None,
-        typer.Option(help="Several dialects, comma-separated (e.g. sqlite,postgresql): one table."),
+        typer.Option(
+            help="Several dialects, comma-separated (e.g. sqlite,postgresql,mysql): one table."
+        ),
     ] = None,
     pg_dsn: Annotated[
         str | None,
@@ -126,6 +128,15 @@ def eval_command(
             "--pg-dsn",
             envvar="BIRDRL_PG_DSN",
             help="PostgreSQL admin conninfo/URI (default: start a throwaway local cluster).",
+        ),
+    ] = None,
+    mysql_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--mysql-dsn",
+            envvar="BIRDRL_MYSQL_DSN",
+            help="MySQL/MariaDB admin URI, mysql://user:password@host:port/ (default: start "
+            "a throwaway local MariaDB).",
         ),
     ] = None,
 ) -> None:
@@ -162,8 +173,9 @@ def eval_command(
         render_skipped(bench, console)
         rows: list[tuple[DialectRun, Summary]] = []
         reports: dict[str, Any] = {}
+        servers = {"postgresql": pg_dsn, "mysql": mysql_dsn}
         for name in names:
-            with open_dialect(bench, name, config, pg_dsn=pg_dsn) as run:
+            with open_dialect(bench, name, config, dsn=servers.get(name)) as run:
                 render_dropped(run, console)
                 summary, report, preds = _score_run(
                     run, predictions, agent, mode, rollout, max_new_tokens, temperature,

@@ -14,6 +14,7 @@ DEFAULT_DIALECT = "sqlite"
 _SHIPPED = {
     "sqlite": "birdrl.dialects.sqlite",
     "postgresql": "birdrl.dialects.postgres",
+    "mysql": "birdrl.dialects.mysql",
 }
 """name -> module whose ``DIALECT`` is that dialect."""
 

@@ -2,7 +2,7 @@
 
 `open_dialect` turns a `Benchmark` into what the evaluator and environment need for one
 registered dialect (`birdrl.dialects`): the dialect opens its engine for the run (SQLite:
-the files themselves; PostgreSQL: the server given, or a throwaway local cluster), the
+the files themselves; PostgreSQL and MySQL: the server given, or a throwaway local one), the
 engine says which tasks it scores on which template databases, and tasks carried over
 from another dialect are validated here (the issue SQL must fail the tests, the solution
 pass them); tasks that do not carry over or validate are dropped and counted, with the
@@ -44,15 +44,15 @@ def open_dialect(
     dialect: str,
     config: EvalConfig,
     *,
-    pg_dsn: str | None = None,
+    dsn: str | None = None,
     validate: bool = True,
 ) -> Iterator[DialectRun]:
     """``with open_dialect(bench, "postgresql", config) as run:`` score ``run.tasks`` on
-    ``run.databases`` with ``run.config`` (see the module docstring). `pg_dsn` is the
+    ``run.databases`` with ``run.config`` (see the module docstring). `dsn` is the
     server of a dialect that has one (None: the dialect's default)."""
     spec = get_dialect(dialect)
     source_tasks = len(bench.debugging_tasks())
-    with spec.open_engine(pg_dsn) as engine:
+    with spec.open_engine(dsn) as engine:
         prepared = engine.prepare(bench)
         run_config = replace(config, engine=engine)
         kept, dropped = prepared.tasks, dict(prepared.dropped)

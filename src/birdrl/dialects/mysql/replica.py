@@ -354,15 +354,9 @@ class MySQLReplica:
         return _Clean(state, writes, checks)
 
     def _clone_database(self, conn: Any) -> int:
-        tpl = self._template
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS {quote(self.dbname)}")
-            cur.execute(
-                f"CREATE DATABASE {quote(self.dbname)} CHARACTER SET {tpl.charset}"
-                f" COLLATE {tpl.collation}"
-            )
-        self.objects_restored += len(tpl.objects)
-        return self._create(conn, set(tpl.objects))
+        self.objects_restored += len(self._template.objects)
+        definer = f"{quote(self.user)}@{quote(self.backend.user_host)}"
+        return clone_database(conn, self._template, self.dbname, definer)
 
     def _restore_objects(self, conn: Any, dirty: set[ObjectKey]) -> int:
         """Drop the dirty objects the replica has, then create the template's versions of
@@ -385,48 +379,8 @@ class MySQLReplica:
         return self._create(conn, wanted)
 
     def _create(self, conn: Any, keys: set[ObjectKey]) -> int:
-        """Create the template's objects `keys` in the replica (tables with their rows
-        first, then views in dependency order, routines, triggers); returns bytes copied."""
-        tpl, db = self._template, self.dbname
-        definer = f"DEFINER={quote(self.user)}@{quote(self.backend.user_host)}"
-        import pymysql
-
-        written = 0
-        with conn.cursor() as cur:
-            cur.execute(f"USE {quote(db)}")
-            cur.execute("SET SESSION foreign_key_checks = 0, unique_checks = 0")
-            cur.execute("SET SESSION sql_mode = %s", (_COPY_MODE,))
-            objs = [tpl.objects[k] for k in sorted(keys)]
-            tables = [o for o in objs if o.kind == "table"]
-            for obj in tables:
-                cur.execute(obj.create)
-                columns = ", ".join(quote(c) for c in obj.columns)
-                cur.execute(
-                    f"INSERT INTO {quote(db)}.{quote(obj.name)} ({columns})"
-                    f" SELECT {columns} FROM {quote(tpl.dbname)}.{quote(obj.name)}"
-                )
-                written += obj.size
-            # persistent statistics now, not by InnoDB's background thread later
-            _analyze(conn, db, [o.name for o in tables])
-            views = [o for o in objs if o.kind == "view"]
-            while views:  # a view over a view not created yet waits for the next round
-                failed: list[_Object] = []
-                error: Exception | None = None
-                for obj in views:
-                    text = _DEFINER.sub(definer, obj.create, count=1)
-                    try:
-                        cur.execute(text.replace(quote(tpl.dbname) + ".", quote(db) + "."))
-                    except pymysql.err.Error as exc:
-                        failed.append(obj)
-                        error = exc
-                if error is not None and len(failed) == len(views):
-                    raise error
-                views = failed
-            for obj in objs:
-                if obj.kind in ("procedure", "function", "trigger"):
-                    cur.execute("SET SESSION sql_mode = %s", (obj.sql_mode,))
-                    cur.execute(_DEFINER.sub(definer, obj.create, count=1))
-        return written
+        definer = f"{quote(self.user)}@{quote(self.backend.user_host)}"
+        return create_objects(conn, self._template, self.dbname, definer, keys)
 
     def open_sandbox(self, limits: SandboxLimits) -> MySQLSandbox:
         return MySQLSandbox(self.locator, limits, killer=self.backend.kill_query)
@@ -442,3 +396,63 @@ def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
         digest = hashlib.sha1(db_id.encode()).hexdigest()[:8]
         clean = clean[: room - 9] + "_" + digest
     return head + clean + tail
+
+
+def clone_database(conn: Any, template: MySQLTemplate, dbname: str, definer: str) -> int:
+    """(Re-)create database `dbname` as a copy of `template` (its objects and rows; views,
+    triggers and routines defined by `definer`, an account); returns bytes copied."""
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {quote(dbname)}")
+        cur.execute(
+            f"CREATE DATABASE {quote(dbname)} CHARACTER SET {template.charset}"
+            f" COLLATE {template.collation}"
+        )
+    return create_objects(conn, template, dbname, definer, set(template.objects))
+
+
+def create_objects(
+    conn: Any, template: MySQLTemplate, db: str, definer: str, keys: set[ObjectKey]
+) -> int:
+    """Create `template`'s objects `keys` in database `db` (tables with their rows first,
+    then views in dependency order, routines, triggers); returns bytes copied."""
+    import pymysql
+
+    tpl = template
+    definer = f"DEFINER={definer}"
+    written = 0
+    with conn.cursor() as cur:
+        cur.execute(f"USE {quote(db)}")
+        cur.execute("SET SESSION foreign_key_checks = 0, unique_checks = 0")
+        cur.execute("SET SESSION sql_mode = %s", (_COPY_MODE,))
+        objs = [tpl.objects[k] for k in sorted(keys)]
+        tables = [o for o in objs if o.kind == "table"]
+        for obj in tables:
+            cur.execute(obj.create)
+            columns = ", ".join(quote(c) for c in obj.columns)
+            cur.execute(
+                f"INSERT INTO {quote(db)}.{quote(obj.name)} ({columns})"
+                f" SELECT {columns} FROM {quote(tpl.dbname)}.{quote(obj.name)}"
+            )
+            written += obj.size
+        # persistent statistics now, not by InnoDB's background thread later
+        _analyze(conn, db, [o.name for o in tables])
+        views = [o for o in objs if o.kind == "view"]
+        while views:  # a view over a view not created yet waits for the next round
+            failed: list[_Object] = []
+            error: Exception | None = None
+            for obj in views:
+                text = _DEFINER.sub(definer, obj.create, count=1)
+                try:
+                    cur.execute(text.replace(quote(tpl.dbname) + ".", quote(db) + "."))
+                except pymysql.err.Error as exc:
+                    failed.append(obj)
+                    error = exc
+            if error is not None and len(failed) == len(views):
+                raise error
+            views = failed
+        for obj in objs:
+            if obj.kind in ("procedure", "function", "trigger"):
+                cur.execute("SET SESSION sql_mode = %s", (obj.sql_mode,))
+                cur.execute(_DEFINER.sub(definer, obj.create, count=1))
+
+    return written
