@@ -28,7 +28,7 @@ from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "birdrl"
-ENGINE_NAMES = {"sqlite", "postgresql", "postgres"}
+ENGINE_NAMES = {"sqlite", "postgresql", "postgres", "mysql", "mariadb"}
 
 
 class MarkedSession(SQLiteTestSession):
