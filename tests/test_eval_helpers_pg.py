@@ -489,8 +489,8 @@ def test_run_ex_on_postgresql(conninfo: str) -> None:
 
 
 def test_invalid_dialect_and_conninfo(conninfo: str) -> None:
-    with pytest.raises(ValueError, match="unknown SQL dialect 'mysql'"):
-        PhaseJob(db_path=conninfo, sql=(), sol_sql=(), dialect="mysql")
+    with pytest.raises(ValueError, match="unknown SQL dialect 'oracle'"):
+        PhaseJob(db_path=conninfo, sql=(), sol_sql=(), dialect="oracle")
     with pytest.raises(ValueError, match="unknown SQL dialect 'postgres'"):
         ExJob(conninfo, "SELECT 1", "SELECT 1", dialect="postgres")
     no_db = make_conninfo(conninfo, dbname="")

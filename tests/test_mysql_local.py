@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from birdrl.dialects.mysql.dsn import connect
 from birdrl.dialects.mysql.local import LocalMariaDB, MySQLServerError, find_mariadb_bin
 
 
@@ -25,7 +26,12 @@ def test_the_server_answers_on_its_socket_and_on_loopback(mariadb: LocalMariaDB)
         cur.execute("DROP DATABASE zz_probe")
     with pymysql.connect(host="127.0.0.1", port=mariadb.port, user="root") as conn:
         assert conn.open
-    assert mariadb.dsn == f"mysql://root@127.0.0.1:{mariadb.port}/"
+    assert mariadb.dsn == (
+        f"mysql://root@127.0.0.1:{mariadb.port}/?unix_socket={mariadb.socket_path}"
+    )
+    with connect(mariadb.dsn) as conn, conn.cursor() as cur:  # the DSN reaches it too
+        cur.execute("SELECT @@performance_schema")
+        assert cur.fetchone() == (1,)  # the pool's dirty detection reads its counters
 
 
 def test_stop_shuts_the_server_down_and_removes_its_directory(

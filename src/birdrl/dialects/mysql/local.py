@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.dialects.servers import free_port
 from birdrl.errors import BirdrlError
 
 __all__ = ["LocalMariaDB", "MySQLServerError", "find_mariadb_bin"]
@@ -61,12 +62,6 @@ def find_mariadb_bin() -> tuple[Path, Path] | None:
     server = first("mariadbd", "mysqld")
     install = first("mariadb-install-db", "mysql_install_db")
     return (server, install) if server and install else None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -121,7 +116,7 @@ class LocalMariaDB:
         server_bin, install_bin = found
         base = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="birdrl-my-"))
         base.mkdir(parents=True, exist_ok=True)
-        local = cls(root=base.resolve(), port=port or _free_port(), keep=keep)
+        local = cls(root=base.resolve(), port=port or free_port(), keep=keep)
         try:
             local._install(install_bin, timeout_s)
             local._launch(server_bin)

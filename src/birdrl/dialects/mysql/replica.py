@@ -25,11 +25,12 @@ from birdrl.dialects.mysql.inspect import (
     write_counts,
 )
 from birdrl.dialects.mysql.sandbox import MySQLSandbox
+from birdrl.dialects.servers import pool_tag, replica_db_name
 
 if TYPE_CHECKING:
     from birdrl.dialects.mysql.backend import MySQLBackend
 
-__all__ = ["MySQLReplica", "MySQLTemplate", "replica_name"]
+__all__ = ["MySQLReplica", "MySQLTemplate"]
 
 _DEFINER = re.compile(r"DEFINER=`(?:[^`]|``)*`@`(?:[^`]|``)*`")
 _COPY_MODE = "NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION"
@@ -208,8 +209,8 @@ class MySQLReplica:
         self._template = template
         self._worker_id = worker_id
         self._index = index
-        pool = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
-        self.dbname = replica_name(f"{backend.prefix}_{pool}", worker_id, template.db_id, index)
+        prefix = f"{backend.prefix}_{pool_tag(root)}"
+        self.dbname = replica_db_name(prefix, worker_id, template.db_id, index, limit=64)
         self.user = backend.user_of(self.dbname)
         self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.my.json"
         self.is_available = True
@@ -384,18 +385,6 @@ class MySQLReplica:
 
     def open_sandbox(self, limits: SandboxLimits) -> MySQLSandbox:
         return MySQLSandbox(self.locator, limits, killer=self.backend.kill_query)
-
-
-def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
-    """A database name within MySQL's 64 characters, unique per (worker, db_id, index)."""
-    clean = re.sub(r"[^a-z0-9_]", "_", db_id.lower())
-    head = f"{prefix}_w{worker_id:03d}_"
-    tail = f"_r{index:03d}"
-    room = 64 - len(head) - len(tail)
-    if len(clean) > room or clean != db_id:
-        digest = hashlib.sha1(db_id.encode()).hexdigest()[:8]
-        clean = clean[: room - 9] + "_" + digest
-    return head + clean + tail
 
 
 def clone_database(conn: Any, template: MySQLTemplate, dbname: str, definer: str) -> int:

@@ -8,7 +8,6 @@ first two for efficiency tasks. The helpers are in `birdrl.dialects.mysql.helper
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,19 +15,12 @@ from typing import Any
 from birdrl.dialects.base import PRELUDE, PhaseLike
 from birdrl.dialects.mysql import helpers as my_helpers
 from birdrl.dialects.mysql.dsn import parse_dsn
+from birdrl.dialects.servers import takes_conditions
 
 __all__ = ["MySQLTestSession"]
 
 _MYSQL_PRELUDE = "from datetime import date\n"
 """The official MySQL evaluator imports only ``date`` before a test's source."""
-
-
-def _takes_conditions(test_case: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(test_case).parameters
-    except (TypeError, ValueError):  # no introspectable signature: call it the official way
-        return False
-    return "conditions" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 class MySQLTestSession:
@@ -66,7 +58,7 @@ class MySQLTestSession:
     def call(self, test_case: Callable[..., Any], job: PhaseLike) -> None:
         pred, sol = (job.issue_sql, job.sql) if job.efficiency else (job.sql, job.sol_sql)
         args = (list(pred), list(sol), self.db_name, self.conn)
-        if _takes_conditions(test_case):  # the default test, tests carried over from SQLite
+        if takes_conditions(test_case):  # the default test, tests carried over from SQLite
             test_case(*args, conditions=dict(job.conditions))
         else:  # official MySQL test cases take exactly these four arguments
             test_case(*args)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.dialects.servers import free_port
 from birdrl.errors import BirdrlError
 
 __all__ = ["ClusterError", "LocalCluster", "find_pg_bin"]
@@ -72,12 +73,6 @@ def find_pg_bin() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LocalCluster:
     """A running throwaway cluster. Start it with `LocalCluster.start`; `stop()` (or the
@@ -126,7 +121,7 @@ class LocalCluster:
         base.mkdir(parents=True, exist_ok=True)
         cluster = cls(
             root=base.resolve(),
-            port=port or _free_port(),
+            port=port or free_port(),
             superuser=superuser,
             bindir=bindir,
             run_as=run_as,

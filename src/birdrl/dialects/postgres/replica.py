@@ -4,8 +4,6 @@ replica a database cloned from it and named by worker, db_id and index."""
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,11 +17,12 @@ from birdrl.db.replica import read_state, write_state
 from birdrl.db.sandbox import SandboxLimits
 from birdrl.dialects.postgres.inspect import describe
 from birdrl.dialects.postgres.sandbox import PGSandbox
+from birdrl.dialects.servers import pool_tag, replica_db_name
 
 if TYPE_CHECKING:
     from birdrl.dialects.postgres.backend import PostgresBackend
 
-__all__ = ["PGCounters", "PGReplica", "PGTemplate", "ident", "replica_name"]
+__all__ = ["PGCounters", "PGReplica", "PGTemplate", "ident"]
 
 
 @dataclass(frozen=True)
@@ -128,8 +127,8 @@ class PGReplica:
         self._template = template
         self._worker_id = worker_id
         self._index = index
-        pool = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:6]
-        self.dbname = replica_name(f"{backend.prefix}_{pool}", worker_id, template.db_id, index)
+        prefix = f"{backend.prefix}_{pool_tag(root)}"
+        self.dbname = replica_db_name(prefix, worker_id, template.db_id, index, limit=63)
         self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.pg.json"
         self.is_available = True
         self.need_reset = True
@@ -260,15 +259,3 @@ class PGReplica:
 
     def open_sandbox(self, limits: SandboxLimits) -> PGSandbox:
         return PGSandbox(self.locator, limits)
-
-
-def replica_name(prefix: str, worker_id: int, db_id: str, index: int) -> str:
-    """A database name within PostgreSQL's 63 bytes, unique per (worker, db_id, index)."""
-    clean = re.sub(r"[^a-z0-9_]", "_", db_id.lower())
-    head = f"{prefix}_w{worker_id:03d}_"
-    tail = f"_r{index:03d}"
-    room = 63 - len(head) - len(tail)
-    if len(clean) > room or clean != db_id:
-        digest = hashlib.sha1(db_id.encode()).hexdigest()[:8]
-        clean = clean[: room - 9] + "_" + digest
-    return head + clean + tail

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -13,19 +12,12 @@ from psycopg.conninfo import conninfo_to_dict
 
 from birdrl.dialects.base import PRELUDE, PhaseLike
 from birdrl.dialects.postgres import helpers as pg_helpers
+from birdrl.dialects.servers import takes_conditions
 
 __all__ = ["PostgresTestSession"]
 
 _PG_PRELUDE = "from datetime import date\n"
 """The official PostgreSQL evaluator imports only ``date`` before a test's source."""
-
-
-def _takes_conditions(test_case: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(test_case).parameters
-    except (TypeError, ValueError):  # no introspectable signature: call it the official way
-        return False
-    return "conditions" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def _hashable(value: Any) -> Any:
@@ -63,7 +55,7 @@ class PostgresTestSession:
     def call(self, test_case: Callable[..., Any], job: PhaseLike) -> None:
         pred, sol = (job.issue_sql, job.sql) if job.efficiency else (job.sql, job.sol_sql)
         args = (list(pred), list(sol), self.db_name, self.conn)
-        if _takes_conditions(test_case):  # the default test, tests carried over from SQLite
+        if takes_conditions(test_case):  # the default test, tests carried over from SQLite
             test_case(*args, conditions=dict(job.conditions))
         else:  # official PostgreSQL test cases take exactly these four arguments
             test_case(*args)
