@@ -31,16 +31,17 @@ server is the caller's job (`birdrl.evaluation.dialects`).
 
 Layout: `common` (the error, names, types, builders), `sql` (parse, refuse, rewrite trees),
 `functions` (SQLite functions by name), `statements` (statements, conditions, expressions,
-triggers: what the loader uses), `testcases` (test-case sources); tasks here.
+triggers: what the loader uses), `testcases` (test-case sources); tasks here. What every
+target dialect shares (parsing SQLite, reading triggers, walking test-case sources,
+carrying task fields) is `birdrl.dialects.carry`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from birdrl.dialects.carry import carry_many, carry_task, carry_text2sql
 from birdrl.dialects.postgres.transpile.common import (
     DIALECT,
     TranspileError,
@@ -77,27 +78,6 @@ __all__ = [
 # ------------------------------------------------------------------------------- tasks
 
 _T = TypeVar("_T", Task, TextToSQLTask)
-_SQLITE_WORD = re.compile(r"\bSQLite\b", re.I)
-
-
-def _field(
-    instance_id: str, field: str, sqls: Iterable[str], *, keep_unparseable: bool = False
-) -> tuple[tuple[str, ...], list[int]]:
-    """One PostgreSQL string per SQLite string (a trigger's two statements stay together)."""
-    out: list[str] = []
-    verbatim: list[int] = []
-    for i, sql in enumerate(sqls):
-        try:
-            out.append(";\n".join(transpile_statements(sql)))
-        except TranspileError as exc:
-            if keep_unparseable and exc.reason.startswith("not parseable as SQLite"):
-                out.append(sql)  # buggy SQL neither engine accepts: the bug is the point
-                verbatim.append(i)
-                continue
-            raise TranspileError(
-                exc.reason, instance_id=instance_id, field=f"{field}[{i}]"
-            ) from exc
-    return tuple(out), verbatim
 
 
 def transpile_task(task: Task, *, source: str = "sqlite", target: str = "postgres") -> Task:
@@ -106,26 +86,12 @@ def transpile_task(task: Task, *, source: str = "sqlite", target: str = "postgre
     syntax error is often the bug) is kept verbatim and its index listed in
     ``extra["verbatim_issue_sql"]``. Raises TranspileError naming the instance and field."""
     check_dialects(source, target)
-    iid = task.instance_id
-    issue, verbatim = _field(iid, "issue_sql", task.issue_sql, keep_unparseable=True)
-    tests = []
-    for i, test in enumerate(task.test_cases):
-        try:
-            tests.append(transpile_test_case(test))
-        except TranspileError as exc:
-            raise TranspileError(exc.reason, instance_id=iid, field=f"test_cases[{i}]") from exc
-    extra: dict[str, Any] = {**task.extra, "dialect": DIALECT, "source_dialect": "sqlite"}
-    if verbatim:
-        extra["verbatim_issue_sql"] = verbatim
-    return dataclasses.replace(
+    return carry_task(
         task,
-        query=_SQLITE_WORD.sub("PostgreSQL", task.query),
-        issue_sql=issue,
-        sol_sql=_field(iid, "sol_sql", task.sol_sql)[0],
-        preprocess_sql=_field(iid, "preprocess_sql", task.preprocess_sql)[0],
-        clean_up_sql=_field(iid, "clean_up_sql", task.clean_up_sql)[0],
-        test_cases=tuple(tests),
-        extra=extra,
+        dialect=DIALECT,
+        title="PostgreSQL",
+        statements=transpile_statements,
+        test_case=transpile_test_case,
     )
 
 
@@ -135,28 +101,17 @@ def transpile_text2sql(
     """`task` with its gold SQL transpiled (one statement) and ``extra["dialect"]`` set; the
     question says PostgreSQL where it said SQLite, the evidence is kept."""
     check_dialects(source, target)
-    try:
-        statements = transpile_statements(task.sql)
-        if len(statements) != 1:
-            raise TranspileError(f"gold SQL is {len(statements)} statements, not one")
-    except TranspileError as exc:
-        raise TranspileError(exc.reason, instance_id=task.question_id, field="SQL") from exc
-    extra = {**task.extra, "dialect": DIALECT, "source_dialect": "sqlite"}
-    question = _SQLITE_WORD.sub("PostgreSQL", task.question)
-    return dataclasses.replace(task, question=question, sql=statements[0], extra=extra)
+    return carry_text2sql(
+        task, dialect=DIALECT, title="PostgreSQL", statements=transpile_statements
+    )
+
+
+def _transpile_one(task: Task | TextToSQLTask) -> Task | TextToSQLTask:
+    if isinstance(task, Task):
+        return transpile_task(task)
+    return transpile_text2sql(task)
 
 
 def transpile_many(tasks: Iterable[_T]) -> tuple[list[_T], dict[str, str]]:
     """(the tasks that transpile, ``{instance_id: why not}`` for the others)."""
-    kept: list[Any] = []
-    dropped: dict[str, str] = {}
-    for task in tasks:
-        try:
-            if isinstance(task, Task):
-                kept.append(transpile_task(task))
-            else:
-                kept.append(transpile_text2sql(task))
-        except TranspileError as exc:
-            where = f"{exc.field}: " if exc.field else ""
-            dropped[task.instance_id] = f"does not transpile: {where}{exc.reason}"
-    return kept, dropped
+    return carry_many(tasks, _transpile_one)

@@ -1,5 +1,5 @@
-"""What the parts of the SQLite -> PostgreSQL transpiler share: the error, how names and
-types are rendered, small expression builders."""
+"""What the parts of the SQLite -> PostgreSQL transpiler share: how names and types are
+rendered, small expression builders (the error is `birdrl.dialects.carry.TranspileError`)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,10 @@ import re
 
 from sqlglot import exp
 
-from birdrl.errors import BirdrlError
+from birdrl.dialects.carry import TranspileError as TranspileError
 
 DIALECT = "postgresql"
 """``extra["dialect"]`` of a transpiled task."""
-
-
-class TranspileError(BirdrlError, ValueError):
-    """SQL (or a task) that has no faithful PostgreSQL rendering."""
-
-    def __init__(
-        self, reason: str, *, instance_id: str | None = None, field: str | None = None
-    ) -> None:
-        self.reason = reason
-        self.instance_id = instance_id
-        self.field = field
-        where = ", ".join(p for p in (instance_id and repr(instance_id), field) if p)
-        super().__init__(f"task {where}: {reason}" if where else reason)
 
 
 # ---------------------------------------------------------------------------- names, types

@@ -1,17 +1,14 @@
-"""Parsing SQLite, refusing what has no PostgreSQL meaning, and the tree rewrites that
+"""Refusing what has no PostgreSQL meaning, and the tree rewrites that
 keep SQLite's meaning where the engines differ (see the package docstring)."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
-from collections.abc import Iterator
 
 from sqlglot import exp
-from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ErrorLevel, SqlglotError
 
+from birdrl.dialects.carry import glob_regex
 from birdrl.dialects.postgres.transpile.common import (
     COMPARISONS,
     CONDITIONS,
@@ -28,44 +25,7 @@ from birdrl.dialects.postgres.transpile.common import (
 )
 from birdrl.dialects.postgres.transpile.functions import convert_anonymous
 
-# ----------------------------------------------------------------------- parse, render
-
-
-# SQLite's parser, keeping the date and printf functions as written: sqlglot's own forms
-# of them would lose the modifiers this module translates.
-_Parser = type(
-    "_Parser",
-    (SQLite.Parser,),
-    {
-        "FUNCTIONS": {
-            k: v
-            for k, v in SQLite.Parser.FUNCTIONS.items()
-            if k not in {"DATE", "DATETIME", "TIME", "STRFTIME", "FORMAT", "PRINTF"}
-        }
-    },
-)
-
-
-@contextlib.contextmanager
-def _quiet_sqlglot() -> Iterator[None]:
-    """sqlglot logs a warning when it falls back to an opaque command; we raise instead."""
-    logger = logging.getLogger("sqlglot")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def parse_sqlite(sql: str) -> list[exp.Expr]:
-    dialect = SQLite()
-    try:
-        with _quiet_sqlglot():
-            trees = _Parser(dialect=dialect).parse(dialect.tokenize(sql), sql)
-    except SqlglotError as exc:
-        raise TranspileError(f"not parseable as SQLite: {str(exc).splitlines()[0]}") from exc
-    return [t for t in trees if t is not None]
+# ----------------------------------------------------------------------------- render
 
 
 def render_postgres(tree: exp.Expr) -> str:
@@ -253,7 +213,7 @@ def _rewrite_one(node: exp.Expr) -> exp.Expr | None:
         if isinstance(node, exp.Like):  # SQLite's LIKE ignores ASCII case
             new = exp.ILike(this=node.this, expression=node.expression)
         else:
-            pattern = _glob_regex(literal_text(node.expression, "a GLOB pattern"))
+            pattern = glob_regex(literal_text(node.expression, "a GLOB pattern"))
             new = exp.RegexpLike(this=node.this, expression=exp.Literal.string(pattern))
         return exp.Not(this=new) if node.args.get("negate") else new
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
@@ -465,27 +425,6 @@ def _collate(node: exp.Collate) -> exp.Expr:
             other.replace(exp.Lower(this=other.copy()))
         return exp.Lower(this=node.this)
     raise TranspileError("COLLATE NOCASE is only translated in comparisons and ORDER BY")
-
-
-def _glob_regex(pattern: str) -> str:
-    out, i = ["^"], 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "*":
-            out.append(".*")
-        elif ch == "?":
-            out.append(".")
-        elif ch == "[":
-            first = i + 2 if pattern[i + 1 : i + 2] in ("]", "^") else i + 1
-            end = pattern.find("]", first + (1 if pattern[i + 1 : i + 3] == "^]" else 0))
-            if end < 0:
-                raise TranspileError(f"GLOB pattern {pattern!r} has an unclosed [")
-            out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")
-            i = end
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out) + "$"
 
 
 def _scalar_min_max(node: exp.Least | exp.Greatest) -> exp.Expr:

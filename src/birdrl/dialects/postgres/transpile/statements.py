@@ -3,23 +3,13 @@ entry points the loader and the task functions use)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from sqlglot.dialects.sqlite import SQLite
-from sqlglot.errors import SqlglotError
-from sqlglot.tokens import Token
-
+from birdrl.dialects.carry import TriggerStep, is_trigger, parse_sqlite, parse_trigger
 from birdrl.dialects.postgres.transpile.common import TranspileError, pg_identifier
-from birdrl.dialects.postgres.transpile.sql import convert_tree, parse_sqlite, render_postgres
+from birdrl.dialects.postgres.transpile.sql import convert_tree, render_postgres
 
 # ------------------------------------------------------------------------- statements
-
-_TRIGGER = re.compile(r"^\s*CREATE\s+(?:TEMP(?:ORARY)?\s+)?TRIGGER\b", re.I)
-_RAISE = re.compile(
-    r"^\s*SELECT\s+RAISE\s*\(\s*(IGNORE|ABORT|FAIL|ROLLBACK)\s*(?:,\s*('(?:[^']|'')*'))?\s*\)\s*$",
-    re.I,
-)
 
 _DOLLAR_TAG = "$birdrl$"
 
@@ -32,7 +22,7 @@ def check_dialects(source: str, target: str) -> None:
 def transpile_statements(sql: str) -> list[str]:
     """One SQLite string (one or more statements) as PostgreSQL statements; raises
     TranspileError with the reason when one cannot be carried over faithfully."""
-    if _TRIGGER.match(sql):
+    if is_trigger(sql):
         return transpile_trigger(sql)
     out = [render_postgres(convert_tree(tree)) for tree in parse_sqlite(sql)]
     if not out:
@@ -65,106 +55,44 @@ def transpile_trigger(sql: str) -> list[str]:
     Translated: BEFORE/AFTER INSERT, UPDATE [OF cols] or DELETE ON a table, an optional
     WHEN (tested inside the function, where subqueries are allowed), and a body of
     INSERT/UPDATE/DELETE statements and ``SELECT RAISE(ABORT|FAIL|ROLLBACK, 'message')`` or
-    ``SELECT RAISE(IGNORE)``. Anything else raises TranspileError."""
-    dialect = SQLite()
-    try:
-        tokens = dialect.tokenize(sql)
-    except SqlglotError as exc:
-        raise TranspileError(f"trigger not readable: {exc}") from exc
-    words = [t.text.upper() if t.token_type.name != "STRING" else "" for t in tokens] + [""] * 4
-    if words[1] != "TRIGGER":
-        raise TranspileError("TEMP triggers have no PostgreSQL equivalent")
-    if words[2:5] == ["IF", "NOT", "EXISTS"]:
-        raise TranspileError("CREATE TRIGGER IF NOT EXISTS has no PostgreSQL equivalent")
-    name, i = tokens[2].text, 3
-    if words[i] == ".":
-        raise TranspileError("schema-qualified triggers are not translated")
-    timing = "BEFORE"  # SQLite's default
-    if words[i] in ("BEFORE", "AFTER"):
-        timing, i = words[i], i + 1
-    elif words[i] == "INSTEAD":
-        raise TranspileError("INSTEAD OF triggers are not translated")
-    event = words[i]
-    if event not in ("INSERT", "UPDATE", "DELETE"):
-        raise TranspileError(f"trigger event {tokens[i].text!r} is not understood")
-    i += 1
-    columns: list[str] = []
-    if event == "UPDATE" and words[i] == "OF":
-        while True:
-            columns.append(pg_identifier(tokens[i + 1].text))
-            i += 2
-            if words[i] != ",":
-                break
-    if words[i] != "ON" or words[i + 2] == ".":
-        raise TranspileError("a trigger needs ON <table> (schema-qualified tables not translated)")
-    table = pg_identifier(tokens[i + 1].text)
-    i += 2
-    if words[i : i + 3] == ["FOR", "EACH", "ROW"]:
-        i += 3
-    depth, begin = 0, None
-    for j in range(i, len(tokens)):
-        depth += {"(": 1, ")": -1}.get(words[j], 0)
-        if words[j] == "BEGIN" and depth == 0:
-            begin = j
-            break
-    if begin is None:
-        raise TranspileError("trigger without BEGIN ... END")
+    ``SELECT RAISE(IGNORE)`` (`birdrl.dialects.carry.parse_trigger` reads it). Anything
+    else raises TranspileError."""
+    trigger = parse_trigger(sql)
+    columns = [pg_identifier(c) for c in trigger.columns]
+    table = pg_identifier(trigger.table)
     condition = None
-    if words[i] == "WHEN":
-        condition = transpile_condition(sql[tokens[i].end + 1 : tokens[begin].start])
-    elif begin != i:
-        raise TranspileError(f"unexpected {tokens[i].text!r} in the trigger header")
-    end = len(tokens) - 1
-    while words[end] == ";":
-        end -= 1
-    if words[end] != "END":
-        raise TranspileError("trigger body does not end with END")
-    body = _trigger_body(sql, tokens[begin + 1 : end], words[begin + 1 : end], timing)
-    returned = "NULL" if timing == "AFTER" else ("OLD" if event == "DELETE" else "NEW")
+    if trigger.condition is not None:
+        condition = transpile_condition(trigger.condition)
+    body = _trigger_body(trigger.body, trigger.timing)
+    returned = (
+        "NULL" if trigger.timing == "AFTER" else ("OLD" if trigger.event == "DELETE" else "NEW")
+    )
     lines = [f"  {s}" for s in body]
     if condition is not None:
         lines = [f"  IF {condition} THEN", *[f"  {line}" for line in lines], "  END IF;"]
     if _DOLLAR_TAG in sql:
         raise TranspileError(f"trigger text contains the dollar-quote tag {_DOLLAR_TAG}")
-    function = pg_identifier(f"{name}_fn")
+    function = pg_identifier(f"{trigger.name}_fn")
     code = "\n".join(["BEGIN", *lines, f"  RETURN {returned};", "END"])
     of = f" OF {', '.join(columns)}" if columns else ""
     return [
         f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS {_DOLLAR_TAG}\n"
         f"{code}\n{_DOLLAR_TAG}",
-        f"CREATE TRIGGER {pg_identifier(name)} {timing} {event}{of} ON {table} "
-        f"FOR EACH ROW EXECUTE FUNCTION {function}()",
+        f"CREATE TRIGGER {pg_identifier(trigger.name)} {trigger.timing} {trigger.event}{of} "
+        f"ON {table} FOR EACH ROW EXECUTE FUNCTION {function}()",
     ]
 
 
-def _trigger_body(
-    sql: str, tokens: Sequence[Token], words: Sequence[str], timing: str
-) -> list[str]:
-    statements, start, depth = [], 0, 0
-    for j, word in enumerate([*words, ";"]):
-        depth += {"(": 1, ")": -1}.get(word, 0)
-        if word == ";" and depth == 0:
-            if j > start:
-                statements.append(sql[tokens[start].start : tokens[j - 1].end + 1])
-            start = j + 1
+def _trigger_body(steps: Sequence[TriggerStep], timing: str) -> list[str]:
     out = []
-    for statement in statements:
-        raised = _RAISE.match(statement)
-        if raised:
-            kind, message = raised.groups()
-            if kind.upper() != "IGNORE":
-                out.append(f"RAISE EXCEPTION USING MESSAGE = {message or repr('trigger')};")
-            elif timing == "BEFORE":
-                out.append("RETURN NULL;")  # skip the row, as RAISE(IGNORE) does
-            else:
+    for step in steps:
+        if step.raise_kind and step.raise_kind != "IGNORE":
+            out.append(f"RAISE EXCEPTION USING MESSAGE = {step.message or repr('trigger')};")
+        elif step.raise_kind:
+            if timing != "BEFORE":
                 raise TranspileError("RAISE(IGNORE) is only translated in BEFORE triggers")
-        elif re.match(r"^\s*(SELECT|WITH|VALUES)\b", statement, re.I):
-            raise TranspileError("SELECT statements in a trigger body are not translated")
-        elif re.search(r"\bRAISE\s*\(", statement, re.I):
-            raise TranspileError("RAISE() inside a statement is not translated")
+            out.append("RETURN NULL;")  # skip the row, as RAISE(IGNORE) does
         else:
-            (translated,) = transpile_statements(statement)
+            (translated,) = transpile_statements(step.sql)
             out.append(translated + ";")
-    if not out:
-        raise TranspileError("empty trigger body")
     return out

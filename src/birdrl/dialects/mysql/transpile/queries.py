@@ -1,0 +1,273 @@
+"""Query shapes MySQL wants otherwise: output aliases in WHERE, columns an aggregate query
+shows without grouping them, ordered aggregates over subqueries, LIMIT in IN subqueries,
+unnamed derived tables, recursive CTE column widths, WITH before INSERT."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from birdrl.dialects.carry import TranspileError
+from birdrl.dialects.mysql.transpile.common import cast_to
+from birdrl.dialects.mysql.transpile.types import Typer
+from birdrl.dialects.mysql.transpile.values import kind_of
+
+__all__ = [
+    "aggregate_bare_columns",
+    "flatten_ordered_aggregate",
+    "inline_aliases",
+    "limit_in_subquery",
+    "move_insert_with",
+    "name_derived_tables",
+    "widen_recursive_anchor",
+]
+
+
+def widen_recursive_anchor(cte: exp.CTE) -> None:
+    """MySQL types a recursive CTE's columns from its first SELECT: ``'LIS'`` would make a
+    3-character column that the recursion cannot grow (SQLite's values have no width)."""
+    with_ = cte.parent
+    if not (isinstance(with_, exp.With) and with_.args.get("recursive")):
+        return
+    query = cte.this
+    if not isinstance(query, exp.Union):
+        return
+    anchor = query.this
+    while isinstance(anchor, exp.Union):
+        anchor = anchor.this
+    if not isinstance(anchor, exp.Select):
+        return
+    for projection in list(anchor.expressions):
+        value = projection.unalias()
+        kind = kind_of(value)
+        if kind == "text":
+            value.replace(cast_to(value.copy(), "CHAR(16383)"))
+        elif kind == "integer" and not isinstance(value, exp.Cast):
+            value.replace(cast_to(value.copy(), "SIGNED"))
+
+
+def inline_aliases(select: exp.Select) -> None:
+    """SQLite lets WHERE (and expressions in HAVING and ORDER BY) use an output alias; MySQL
+    refuses it in WHERE and where the alias is an aggregate: such a reference becomes the
+    aliased expression. A name also used as a column in the projections is a column."""
+    aliases = {
+        p.alias: p.this
+        for p in select.expressions
+        if isinstance(p, exp.Alias)
+        and not (isinstance(p.this, exp.Column) and p.this.name == p.alias)
+    }
+    if not aliases:
+        return
+    used = {c.name for p in select.expressions for c in p.find_all(exp.Column)}
+    places = [select.args.get("where"), select.args.get("having")]
+    order = select.args.get("order")
+    places += [
+        o for o in (order.expressions if order else []) if not isinstance(o.this, exp.Column)
+    ]
+    for place in places:
+        for column in list(place.find_all(exp.Column)) if place is not None else []:
+            if not column.table and column.name in aliases and column.name not in used:
+                column.replace(exp.Paren(this=aliases[column.name].copy()))
+
+
+def _sources(select: exp.Select) -> list[exp.Expr]:
+    first = select.args.get("from_") or select.args.get("from")
+    items = [first.this] if first is not None else []
+    return items + [j.this for j in select.args.get("joins") or []]
+
+
+def _belongs_to(node: exp.Expr, select: exp.Select, *stops: type[exp.Expr]) -> bool:
+    """Whether `node` is part of `select` itself, not of a nested query or of a `stops` node
+    between them."""
+    parent = node.parent
+    while parent is not None and parent is not select:
+        if isinstance(parent, (exp.Select, exp.Subquery, *stops)):
+            return False
+        parent = parent.parent
+    return parent is select
+
+
+def aggregate_bare_columns(select: exp.Select, typer: Typer) -> None:
+    """SQLite lets an aggregate query show columns it does not group by (from some row of
+    the group); MySQL's ONLY_FULL_GROUP_BY refuses them. Each becomes MIN(column): the same
+    value where it depends on the group, one of SQLite's choices where it does not. Beside a
+    lone MIN/MAX, SQLite shows the row holding it: only a column of a table whose primary
+    key is grouped (one value per group) can be carried over; others are refused."""
+    group = select.args.get("group")
+    keys_list = list(group.expressions) if group is not None else []
+    aggregates = [
+        a
+        for p in select.expressions
+        for a in p.find_all(exp.AggFunc)
+        if _belongs_to(a, select, exp.Window)
+    ]
+    if not keys_list and not aggregates:
+        return
+    lone = len(aggregates) == 1 and isinstance(aggregates[0], (exp.Min, exp.Max))
+    sources = {s.alias_or_name: s for s in _sources(select)}
+    keys = {k.sql(dialect="mysql") for k in keys_list}
+    key_names = {k.name for k in keys_list if isinstance(k, exp.Column)}
+    grouped: dict[str, set[str]] = {}
+    for k in keys_list:
+        if isinstance(k, exp.Column):
+            table = k.table or (next(iter(sources)) if len(sources) == 1 else "")
+            grouped.setdefault(table, set()).add(k.name)
+    positions = {
+        int(k.name) - 1 for k in keys_list if isinstance(k, exp.Literal) and not k.is_string
+    }
+
+    def one_per_group(alias: str | None) -> bool:
+        """Whether the group keys hold `alias`'s primary key (its columns are then one
+        value per group)."""
+        source = sources.get(alias or "")
+        if not isinstance(source, exp.Table):
+            return False
+        key = typer.primary_key(source.name)
+        return bool(key) and set(key) <= grouped.get(alias or "", set())
+
+    def bare(column: exp.Column) -> bool:
+        if column.name in key_names:
+            return False
+        node: exp.Expr | None = column
+        while node is not None and node is not select:  # part of a grouped expression
+            if node.sql(dialect="mysql") in keys:
+                return False
+            node = node.parent
+        if not _belongs_to(column, select, exp.AggFunc, exp.Window):
+            return False
+        if column.table and column.table not in sources:
+            return False  # an outer query's column: one value for the whole group
+        table = column.table or (next(iter(sources)) if len(sources) == 1 else None)
+        if lone and not one_per_group(table):
+            raise TranspileError(
+                "beside a lone MIN/MAX, SQLite shows the columns of the row holding it; "
+                "MySQL has no such rule"
+            )
+        return True
+
+    outputs = set()
+    for i, projection in enumerate(select.expressions):
+        outputs.add(projection.alias_or_name)
+        if i in positions or projection.alias_or_name in key_names:
+            continue  # grouped by its position or its output name
+        if isinstance(projection, exp.Column) and bare(projection):
+            projection.replace(exp.alias_(exp.Min(this=projection.copy()), projection.name))
+            continue
+        for column in list(projection.find_all(exp.Column)):
+            if bare(column):
+                column.replace(exp.Min(this=column.copy()))
+    order = select.args.get("order")
+    after = [*(order.expressions if order else []), select.args.get("having")]
+    for key in [k for k in after if k is not None]:  # ORDER BY and HAVING
+        for column in list(key.find_all(exp.Column)):
+            if (column.table or column.name not in outputs) and bare(column):
+                column.replace(exp.Min(this=column.copy()))
+
+
+def flatten_ordered_aggregate(select: exp.Select) -> None:
+    """``SELECT group_concat(x) FROM (SELECT ... ORDER BY k) [GROUP BY ...]``: SQLite
+    aggregates in the subquery's order; MySQL drops that ORDER BY, and refuses a derived
+    table that reads the outer query. Aggregating over the subquery's own FROM, with
+    ``GROUP_CONCAT(x ORDER BY k)``, keeps both."""
+    sources = _sources(select)
+    if len(sources) != 1 or not isinstance(sources[0], exp.Subquery) or select.args.get("joins"):
+        return
+    derived = sources[0]
+    inner = derived.this
+    if not isinstance(inner, exp.Select) or not _simple(inner) or _alias_columns_of(derived):
+        return
+    aggregates = [a for a in select.find_all(exp.AggFunc) if _belongs_to(a, select, exp.Window)]
+    if not aggregates and not select.args.get("group"):
+        return
+    order = inner.args.get("order")
+    ordered = order is not None and any(isinstance(a, exp.GroupConcat) for a in aggregates)
+    inner_names = {t.alias_or_name for t in inner.find_all(exp.Table)}
+    correlated = any(c.table and c.table not in inner_names for c in inner.find_all(exp.Column))
+    outputs = {p.alias_or_name: p.unalias() for p in inner.expressions}
+    if not (ordered or correlated) or any(isinstance(p, exp.Star) for p in outputs.values()):
+        return
+
+    def substitute(node: exp.Expr) -> exp.Expr:
+        for column in list(node.find_all(exp.Column)):
+            if column.table in ("", derived.alias) and column.name in outputs:
+                replacement = outputs[column.name].copy()
+                if column is node:
+                    return replacement
+                column.replace(replacement)
+        return node
+
+    projections = []
+    for projection in select.expressions:
+        name = projection.alias_or_name
+        new = substitute(projection)
+        if not isinstance(new, exp.Alias) and new.alias_or_name != name:
+            new = exp.alias_(new, name)
+        projections.append(new)
+    select.set("expressions", projections)
+    for key in ("group", "having", "order", "where"):
+        if select.args.get(key) is not None:
+            substitute(select.args[key])
+    if order is not None:
+        for aggregate in select.find_all(exp.GroupConcat):
+            keys = [substitute(k.copy()) for k in order.expressions]
+            aggregate.set("this", exp.Order(this=aggregate.this, expressions=keys))
+    where = inner.args.get("where")
+    if select.args.get("where") is not None and where is not None:
+        where = exp.Where(this=exp.And(this=where.this, expression=select.args["where"].this))
+    elif where is None:
+        where = select.args.get("where")
+    select.set("from_", inner.args.get("from_"))
+    select.set("joins", inner.args.get("joins"))
+    select.set("where", where)
+
+
+def _simple(select: exp.Select) -> bool:
+    """A plain SELECT ... FROM ... [WHERE] [ORDER BY]: no grouping, DISTINCT, LIMIT, CTE,
+    aggregate or window of its own."""
+    if any(select.args.get(k) for k in ("group", "having", "limit", "offset", "distinct", "with_")):
+        return False
+    return not any(
+        _belongs_to(node, select) or node.parent is select
+        for node in select.find_all(exp.AggFunc, exp.Window)
+    )
+
+
+def _alias_columns_of(node: exp.Expr) -> list[str]:
+    alias = node.args.get("alias")
+    return [c.name for c in alias.columns] if isinstance(alias, exp.TableAlias) else []
+
+
+def name_derived_tables(tree: exp.Expr) -> None:
+    """MySQL wants every derived table named."""
+    n = 0
+    for sub in list(tree.find_all(exp.Subquery)):
+        if isinstance(sub.parent, (exp.From, exp.Join)) and not sub.alias:
+            n += 1
+            sub.set("alias", exp.TableAlias(this=exp.to_identifier(f"_sub{n}")))
+
+
+def limit_in_subquery(node: exp.Expr) -> None:
+    """MySQL refuses LIMIT in an IN / ANY / ALL subquery; wrapped in a derived table it is
+    accepted (a correlated one cannot be wrapped: refused)."""
+    query = node.args.get("query") if isinstance(node, exp.In) else node.this
+    if isinstance(query, exp.Subquery):
+        query = query.this
+    if not isinstance(query, exp.Query) or query.args.get("limit") is None:
+        return
+    inner_names = {t.alias_or_name for t in query.find_all(exp.Table)}
+    inner_names |= {s.alias for s in query.find_all(exp.Subquery) if s.alias}
+    if any(c.table and c.table not in inner_names for c in query.find_all(exp.Column)):
+        raise TranspileError("MySQL refuses LIMIT in a correlated IN/ANY/ALL subquery")
+    wrapped = exp.select("*").from_(
+        exp.Subquery(this=query.copy(), alias=exp.TableAlias(this=exp.to_identifier("_limited")))
+    )
+    query.replace(wrapped)
+
+
+def move_insert_with(insert: exp.Insert) -> None:
+    """``WITH ... INSERT ... SELECT`` (SQLite) as ``INSERT ... WITH ... SELECT`` (MariaDB)."""
+    with_ = insert.args["with_"]
+    query = insert.expression
+    if not isinstance(query, exp.Select) or query.args.get("with_") is not None:
+        raise TranspileError("WITH before INSERT is only translated for INSERT ... SELECT")
+    insert.set("with_", None)
+    query.set("with_", with_)
