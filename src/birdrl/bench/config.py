@@ -20,19 +20,43 @@ __all__ = [
     "BenchConfig",
     "BenchConfigError",
     "BenchError",
+    "MY_BASELINE",
+    "MY_STRATEGIES",
+    "SERVER_STRATEGIES",
+    "baseline_of",
+    "server_engine",
 ]
 
 BASELINE = "copy-per-rollout"
 PG_BASELINE = "pg-copy-per-rollout"
 SQLITE_STRATEGIES: tuple[str, ...] = (BASELINE, "pool-recopy", "pool-lazy-copy", "pool-lazy-page")
 PG_STRATEGIES: tuple[str, ...] = (PG_BASELINE, "pg-recopy", "pg-lazy")
-STRATEGIES: tuple[str, ...] = SQLITE_STRATEGIES + PG_STRATEGIES
+MY_BASELINE = "my-copy-per-rollout"
+MY_STRATEGIES: tuple[str, ...] = (MY_BASELINE, "my-recopy", "my-lazy", "my-lazy-table")
+STRATEGIES: tuple[str, ...] = SQLITE_STRATEGIES + PG_STRATEGIES + MY_STRATEGIES
 BACKEND_STRATEGIES: dict[str, tuple[str, ...] | None] = {
     "sqlite": None,
     "postgresql": (BASELINE, "pool-lazy-page", *PG_STRATEGIES),
+    "mysql": (BASELINE, "pool-lazy-page", *MY_STRATEGIES),
 }
 """The engines the benchmark can run on -> the strategies it runs there by default (None:
 `BenchConfig`'s default)."""
+SERVER_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "postgresql": PG_STRATEGIES,
+    "mysql": MY_STRATEGIES,
+}
+"""Strategies that run on a database server, by engine; the first of each is its baseline."""
+
+
+def server_engine(strategy: str) -> str | None:
+    """The engine a server strategy runs on (None: an SQLite strategy)."""
+    return next((e for e, names in SERVER_STRATEGIES.items() if strategy in names), None)
+
+
+def baseline_of(strategy: str) -> str:
+    """The copy-per-rollout baseline a strategy is compared with (its own engine's)."""
+    engine = server_engine(strategy)
+    return BASELINE if engine is None else SERVER_STRATEGIES[engine][0]
 
 
 class BenchError(BirdrlError):
@@ -69,10 +93,14 @@ class BenchConfig:
     None: the system temporary directory."""
     strategies: tuple[str, ...] = SQLITE_STRATEGIES
     """Strategies to run, among: copy-per-rollout, pool-recopy, pool-lazy-copy, pool-lazy-page,
-    and on PostgreSQL (needs `pg_dsn`): pg-copy-per-rollout, pg-recopy, pg-lazy."""
+    on PostgreSQL (`pg_dsn`): pg-copy-per-rollout, pg-recopy, pg-lazy, and on MySQL
+    (`mysql_dsn`): my-copy-per-rollout, my-recopy, my-lazy, my-lazy-table."""
     pg_dsn: str | None = None
     """PostgreSQL admin conninfo for the pg-* strategies (the synthetic templates are loaded
     into it); None with pg-* strategies: a throwaway local cluster is started."""
+    mysql_dsn: str | None = None
+    """MySQL/MariaDB admin URI for the my-* strategies; None with my-* strategies: a
+    throwaway local MariaDB is started."""
     settle: bool = True
     """After each pool replay, restore the replicas it left dirty and count it (settle), so
     deferred restores are not hidden."""

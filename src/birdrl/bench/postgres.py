@@ -109,6 +109,10 @@ class PGBench:
     def copy_runner(self, stats: IOStats) -> PGCopyRunner:
         return PGCopyRunner(self, stats)
 
+    def pool_backend(self, strategy: str) -> PostgresBackend:
+        """The backend of the pool a pg-* `strategy` replays on (dropped on close)."""
+        return self.server.backend(ephemeral=True)
+
     def disk_bytes(self, pool: ReplicaPool) -> int:
         names = [getattr(r, "dbname", "") for r in pool.replicas()]
         rows = self.backend.query(

@@ -61,20 +61,25 @@ import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from birdrl.bench.config import (
     BASELINE,
+    MY_BASELINE,
+    MY_STRATEGIES,
     PG_BASELINE,
     PG_STRATEGIES,
+    SERVER_STRATEGIES,
     SQLITE_STRATEGIES,
     STRATEGIES,
     BenchConfig,
     BenchConfigError,
     BenchError,
+    baseline_of,
+    server_engine,
 )
 from birdrl.bench.replay import CopyRunner, PoolRunner, Replay, run_replay
 from birdrl.bench.result import (
@@ -93,11 +98,16 @@ from birdrl.db.pool import PoolConfig, ReplicaPool
 from birdrl.db.restore import CopyRestore
 from birdrl.errors import BirdrlError
 
-if TYPE_CHECKING:  # psycopg is an optional extra: imported only when pg-* strategies run
+if TYPE_CHECKING:  # server drivers are optional extras: imported only when their strategies run
+    from birdrl.bench.mysql import MyBench, MyCopyRunner
     from birdrl.bench.postgres import PGBench, PGCopyRunner
+
+    ServerBench = PGBench | MyBench
 
 __all__ = [
     "BASELINE",
+    "MY_BASELINE",
+    "MY_STRATEGIES",
     "PG_BASELINE",
     "PG_STRATEGIES",
     "SQLITE_STRATEGIES",
@@ -121,6 +131,9 @@ _POOL_MODES: dict[str, tuple[Literal["dirty", "always"], str]] = {
     "pool-lazy-page": ("dirty", "page"),
     "pg-recopy": ("always", "copy"),
     "pg-lazy": ("dirty", "copy"),
+    "my-recopy": ("always", "copy"),
+    "my-lazy": ("dirty", "copy"),
+    "my-lazy-table": ("dirty", "copy"),
 }
 DESCRIPTIONS = {
     BASELINE: "fresh copy of the template per trajectory, deleted after (container per rollout)",
@@ -130,6 +143,10 @@ DESCRIPTIONS = {
     PG_BASELINE: "PostgreSQL: CREATE DATABASE ... TEMPLATE per trajectory, dropped after",
     "pg-recopy": "PostgreSQL ReplicaPool, reset=always (re-create every used replica database)",
     "pg-lazy": "PostgreSQL ReplicaPool, reset=dirty (re-create only replicas the counters say changed)",
+    MY_BASELINE: "MySQL: a database cloned from the template per trajectory (own user), dropped after",
+    "my-recopy": "MySQL ReplicaPool, reset=always (re-clone every used replica database)",
+    "my-lazy": "MySQL ReplicaPool, reset=dirty (re-clone whole replicas the server says changed)",
+    "my-lazy-table": "MySQL ReplicaPool, reset=dirty, table-level (re-clone only changed objects)",
 }
 _MB = 1_000_000
 _DISK_MARGIN = 256 * _MB
@@ -190,25 +207,26 @@ def run_bench(config: BenchConfig, progress: ProgressCallback | None = None) -> 
         paths = {db_id: info.path for db_id, info in templates.items()}
         results = []
         with contextlib.ExitStack() as stack:
-            pg = (
-                stack.enter_context(_postgres(config, paths, workload, report))
-                if set(config.strategies) & set(PG_STRATEGIES)
-                else None
-            )
+            servers: dict[str, ServerBench] = {}
+            for family, names in SERVER_STRATEGIES.items():
+                if set(config.strategies) & set(names):
+                    opener = _SERVER_BENCHES[family]
+                    servers[family] = stack.enter_context(opener(config, paths, workload, report))
             for name in config.strategies:
                 root = work / name
+                engine = server_engine(name)
                 try:
                     if name == BASELINE:
                         result = _run_baseline(config, paths, workload, root, report)
-                    elif name == PG_BASELINE:
-                        assert pg is not None
+                    elif engine is not None and name == baseline_of(name):
+                        server = servers[engine]
                         result = _run_baseline(
-                            config, paths, pg.workload, root, report, pg=pg, name=PG_BASELINE
+                            config, paths, server.workload, root, report, server=server, name=name
                         )
-                    elif name in PG_STRATEGIES:
-                        assert pg is not None
+                    elif engine is not None:
+                        server = servers[engine]
                         result = _run_pool(
-                            config, name, pg.templates, pg.workload, root, report, pg
+                            config, name, server.templates, server.workload, root, report, server
                         )
                     else:
                         result = _run_pool(config, name, paths, workload, root, report)
@@ -259,6 +277,31 @@ def _postgres(
     return postgres_bench(config.pg_dsn, paths, workload)
 
 
+def _mysql(
+    config: BenchConfig,
+    paths: Mapping[str, Path],
+    workload: Sequence[Trajectory],
+    report: ProgressCallback,
+) -> contextlib.AbstractContextManager[MyBench]:
+    from birdrl.dialects.mysql.dsn import require_pymysql
+
+    require_pymysql()
+    from birdrl.bench.mysql import mysql_bench
+
+    report(BenchProgress("templates", "mysql", 0, 1))
+    return mysql_bench(config.mysql_dsn, paths, workload)
+
+
+_SERVER_BENCHES: dict[
+    str,
+    Callable[
+        [BenchConfig, Mapping[str, Path], Sequence[Trajectory], ProgressCallback],
+        contextlib.AbstractContextManager[ServerBench],
+    ],
+] = {"postgresql": _postgres, "mysql": _mysql}
+"""Engine -> what loads the synthetic templates into its server for its strategies."""
+
+
 def _make_templates(
     config: BenchConfig, directory: Path, report: ProgressCallback
 ) -> tuple[dict[str, TemplateInfo], float]:
@@ -275,15 +318,15 @@ def _make_templates(
 
 
 def _with_ratios(results: list[StrategyResult]) -> tuple[StrategyResult, ...]:
-    """Ratios against the baseline of the same engine (SQLite copies, PostgreSQL databases)."""
-    bases = {r.name: r for r in results if r.name in (BASELINE, PG_BASELINE)}
+    """Ratios against the baseline of the same engine (SQLite copies, server databases)."""
+    bases = {r.name: r for r in results if r.name == baseline_of(r.name)}
 
     def ratio(a: int, b: int) -> float | None:
         return a / b if b > 0 else None
 
     out = []
     for r in results:
-        base = bases.get(PG_BASELINE if r.name in PG_STRATEGIES else BASELINE)
+        base = bases.get(baseline_of(r.name))
         if base is None:
             out.append(r)
             continue
@@ -350,7 +393,7 @@ def _run_baseline(
     root: Path,
     report: ProgressCallback,
     *,
-    pg: PGBench | None = None,
+    server: ServerBench | None = None,
     name: str = BASELINE,
 ) -> StrategyResult:
     if config.sync:
@@ -361,8 +404,8 @@ def _run_baseline(
     setup_s = time.perf_counter() - t0
     report(BenchProgress("setup", name, 1, 1))
     stats = IOStats()
-    runner: CopyRunner | PGCopyRunner = (
-        CopyRunner(templates, root, stats) if pg is None else pg.copy_runner(stats)
+    runner: CopyRunner | PGCopyRunner | MyCopyRunner = (
+        CopyRunner(templates, root, stats) if server is None else server.copy_runner(stats)
     )
     replay = run_replay(
         runner,
@@ -395,7 +438,7 @@ def _run_pool(
     workload: Sequence[Trajectory],
     root: Path,
     report: ProgressCallback,
-    pg: PGBench | None = None,
+    server: ServerBench | None = None,
 ) -> StrategyResult:
     reset, restore = _POOL_MODES[name]
     if config.sync:
@@ -414,15 +457,15 @@ def _run_pool(
             lease_ttl_s=None,
         ),
         stats=stats,
-        backend=None if pg is None else pg.server.backend(ephemeral=True),
+        backend=None if server is None else server.pool_backend(name),
     )
     with pool:
         setup_s = time.perf_counter() - t0
         setup = IOFigures.of(stats.counter("provision"))
-        if pg is None:
+        if server is None:
             disk_bytes = sum(Path(r.locator).stat().st_blocks * 512 for r in pool.replicas())
         else:
-            disk_bytes = pg.disk_bytes(pool)
+            disk_bytes = server.disk_bytes(pool)
         report(BenchProgress("setup", name, 1, 1))
         if config.sync:
             os.sync()

@@ -21,11 +21,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from birdrl.bench.config import BACKEND_STRATEGIES
+from birdrl.bench.config import BACKEND_STRATEGIES, baseline_of, server_engine
 from birdrl.bench.run import (
-    BASELINE,
-    PG_BASELINE,
-    PG_STRATEGIES,
     BenchConfig,
     BenchProgress,
     BenchResult,
@@ -140,9 +137,9 @@ def pool_bench(
     backend: Annotated[
         str,
         typer.Option(
-            help="sqlite (the four SQLite strategies), or postgresql: the PostgreSQL strategies "
-            "(pg-copy-per-rollout, pg-recopy, pg-lazy) beside SQLite's copy-per-rollout and "
-            "pool-lazy-page, on the same workload."
+            help="sqlite (the four SQLite strategies); postgresql or mysql: that server's "
+            "strategies (pg-*: copy-per-rollout, recopy, lazy; my-*: the same and lazy-table) "
+            "beside SQLite's copy-per-rollout and pool-lazy-page, on the same workload."
         ),
     ] = "sqlite",
     pg_dsn: Annotated[
@@ -151,6 +148,15 @@ def pool_bench(
             "--pg-dsn",
             envvar="BIRDRL_PG_DSN",
             help=_help("pg_dsn", "None"),
+            show_default=False,
+        ),
+    ] = None,
+    mysql_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--mysql-dsn",
+            envvar="BIRDRL_MYSQL_DSN",
+            help=_help("mysql_dsn", "None"),
             show_default=False,
         ),
     ] = None,
@@ -178,6 +184,7 @@ def pool_bench(
         "settle": settle,
         "sync": sync,
         "pg_dsn": pg_dsn,
+        "mysql_dsn": mysql_dsn,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     console = results_console()
@@ -292,14 +299,14 @@ def render_bench(result: BenchResult, console: Console) -> None:
         f"SQLite {env.get('sqlite')}, load average {env.get('loadavg_start')} → {env.get('loadavg_end')}",
         highlight=False,
     )
-    have_baseline = any(s.name == BASELINE for s in result.strategies)
+    have_baseline = any(s.name == baseline_of(s.name) for s in result.strategies)
     table = Table(
         title="pool bench: bytes to give each trajectory a private database",
         caption=(
             "MB: provisioning + restores during the replay, plus restoring the replicas left dirty after it "
             "(settle); pool pre-allocation is in setup. × (a): the bytes written by copy-per-rollout of the "
-            "same engine (pg-copy-per-rollout for pg-*) / this strategy's; pg-* bytes are logical (the "
-            "server does the I/O). Restores: copies or restores during the replay + at settle. Acquire ms: p50 / p99, all and clean "
+            "same engine (pg-copy-per-rollout for pg-*, my-copy-per-rollout for my-*) / this "
+            "strategy's; pg-* and my-* bytes are logical (the server does the I/O). Restores: copies or restores during the replay + at settle. Acquire ms: p50 / p99, all and clean "
             "(first attempt, no restore). Kernel bytes count whole pages/folios dirtied, each once until "
             "write-back."
         ),
@@ -321,7 +328,7 @@ def render_bench(result: BenchResult, console: Console) -> None:
         table.add_column(header, justify="right", no_wrap=True)
     for s in result.strategies:
         total = s.total
-        server_side = s.name in PG_STRATEGIES  # the server does the I/O, not our threads
+        server_side = server_engine(s.name) is not None  # the server does the I/O, not us
         table.add_row(
             s.name,
             _mb(total.bytes_written),
@@ -337,11 +344,11 @@ def render_bench(result: BenchResult, console: Console) -> None:
         )
     console.print(table)
     for s in result.strategies:
-        if s.sql_errors and s.name in PG_STRATEGIES:
+        if s.sql_errors and server_engine(s.name) is not None:
             console.print(
                 f"note: {s.name}: {s.sql_errors} statements of the SQLite-written workload failed on "
-                f"PostgreSQL (dialect differences, the same in every pg-* strategy), e.g. "
-                f"{s.sql_error_samples[0]}",
+                f"{server_engine(s.name)} (dialect differences, the same in each of its strategies), "
+                f"e.g. {s.sql_error_samples[0]}",
                 highlight=False,
             )
         elif s.sql_errors:
@@ -354,15 +361,15 @@ def render_bench(result: BenchResult, console: Console) -> None:
             console.print(
                 f"[bold red]warning:[/] {s.name} finished {s.trajectories} of {wl['trajectories']} trajectories"
             )
-    pools = [s for s in result.strategies if s.name not in (BASELINE, PG_BASELINE)]
+    pools = [s for s in result.strategies if s.name != baseline_of(s.name)]
     if pools:
         console.print(
             f"setup (pool pre-allocation, not counted above): {_mb(pools[0].setup.bytes_written)} MB written per pool "
             f"in {', '.join(f'{s.setup_s:.1f}' for s in pools)} s; replica files {_gb(pools[0].disk_bytes)} on disk",
             highlight=False,
         )
-    if any(s.name == BASELINE for s in result.strategies):
-        peak = result.strategy(BASELINE).disk_bytes
+    if any(s.name == "copy-per-rollout" for s in result.strategies):
+        peak = result.strategy("copy-per-rollout").disk_bytes
         console.print(f"copy-per-rollout: peak {_gb(peak)} of copies in flight", highlight=False)
     console.print(f"total {result.total_s:.1f} s", highlight=False)
 
