@@ -70,9 +70,18 @@ def pg_engine(pg_bundled_test: DialectRun) -> Iterator[Engine]:
     yield from _engine("postgresql", run.tasks, run.databases, run.config)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(scope="module")
+def my_engine(my_bundled_test: DialectRun) -> Iterator[Engine]:
+    run = my_bundled_test
+    yield from _engine("mysql", run.tasks, run.databases, run.config)
+
+
+_ENGINES = {"sqlite": "sqlite_engine", "postgresql": "pg_engine", "mysql": "my_engine"}
+
+
+@pytest.fixture(params=list(_ENGINES))
 def engine(request: pytest.FixtureRequest) -> Engine:
-    return request.getfixturevalue(f"{'pg' if request.param == 'postgresql' else 'sqlite'}_engine")
+    return request.getfixturevalue(_ENGINES[request.param])
 
 
 def _disagreements(cases: list[IntegrityCase]) -> list[str]:
