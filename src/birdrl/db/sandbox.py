@@ -46,6 +46,7 @@ __all__ = [
     "checked_statements",
     "failed_statement",
     "finished",
+    "run_statements",
     "split_statements",
 ]
 
@@ -269,6 +270,32 @@ def failed_statement(
         statements=index,
         elapsed_s=time.perf_counter() - t0,
     )
+
+
+def run_statements(
+    statements: Sequence[str],
+    run: Callable[[str], dict[str, Any]],
+    errors: type[BaseException] | tuple[type[BaseException], ...],
+    classify: Callable[[Any], tuple[ErrorKind, str]],
+    t0: float,
+) -> ExecResult:
+    """Run `statements` in order with `run` (which returns ``columns``/``rows``/... for a
+    statement with rows, or ``rowcount``), stopping at the first of `errors`, which
+    `classify` turns into the failed result's kind and message. The server sandboxes'
+    loop; the rows of the last statement that returned some are the result."""
+    last: dict[str, Any] = {}
+    rowcount = -1
+    for index, stmt in enumerate(statements):
+        try:
+            out = run(stmt)
+        except errors as exc:
+            kind, message = classify(exc)
+            return failed_statement(index, len(statements), kind, message, rowcount, t0)
+        if "columns" in out:
+            last = out
+        elif out.get("rowcount", -1) >= 0:
+            rowcount = out["rowcount"]
+    return finished(last, rowcount, len(statements), t0)
 
 
 def finished(last: dict[str, Any], rowcount: int, total: int, t0: float) -> ExecResult:

@@ -39,8 +39,7 @@ from birdrl.db.sandbox import (
     SandboxLimits,
     checked_statements,
     failed_result,
-    failed_statement,
-    finished,
+    run_statements,
     value_size,
 )
 from birdrl.dialects.mysql.dsn import connect
@@ -73,6 +72,10 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
         "accounts and passwords cannot be changed in the sandbox",
     ),
 )
+
+
+class _Refused(Exception):
+    """A statement the sandbox refuses before it reaches the server (`refusal`)."""
 
 
 def refusal(statement: str) -> str | None:
@@ -139,31 +142,18 @@ class MySQLSandbox:
             conn = self._conn
             if conn is None:
                 return failed_result(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
-            last: dict[str, Any] = {}
-            rowcount = -1
-            for index, stmt in enumerate(statements):
-                reason = refusal(stmt)
-                if reason is not None:
-                    return failed_statement(
-                        index,
-                        len(statements),
-                        ErrorKind.REFUSED,
-                        f"refused: {reason}",
-                        rowcount,
-                        t0,
-                    )
-                try:
-                    out = self._statement(conn, stmt)
-                except pymysql.err.Error as exc:
-                    kind, message = self._classify(exc)
-                    return failed_statement(index, len(statements), kind, message, rowcount, t0)
-                if "columns" in out:
-                    last = out
-                elif out.get("rowcount", -1) >= 0:
-                    rowcount = out["rowcount"]
-        return finished(last, rowcount, len(statements), t0)
+            return run_statements(
+                statements,
+                lambda stmt: self._statement(conn, stmt),
+                (pymysql.err.Error, _Refused),
+                self._classify,
+                t0,
+            )
 
     def _statement(self, conn: Any, stmt: str) -> dict[str, Any]:
+        reason = refusal(stmt)
+        if reason is not None:
+            raise _Refused(reason)
         self._timed_out = False
         with conn.cursor() as cur:
             cur.execute(self._limits_sql)  # the model may have changed them
@@ -229,6 +219,8 @@ class MySQLSandbox:
             self._killer(self._thread_id)
 
     def _classify(self, exc: Exception) -> tuple[ErrorKind, str]:
+        if isinstance(exc, _Refused):
+            return ErrorKind.REFUSED, f"refused: {exc}"
         args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
         code = args[0] if args and isinstance(args[0], int) else 0
         message = str(args[1]) if len(args) > 1 else str(exc)

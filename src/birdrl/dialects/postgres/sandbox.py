@@ -39,8 +39,7 @@ from birdrl.db.sandbox import (
     SandboxLimits,
     checked_statements,
     failed_result,
-    failed_statement,
-    finished,
+    run_statements,
     value_size,
 )
 from birdrl.dialects.postgres.statements import split_postgres_statements
@@ -181,19 +180,13 @@ class PGSandbox:
             conn = self._conn
             if conn is None:
                 return failed_result(ErrorKind.CLOSED, "the sandbox is closed (lease released)", t0)
-            last: dict[str, Any] = {}
-            rowcount = -1
-            for index, stmt in enumerate(statements):
-                try:
-                    out = self._statement(conn, stmt)
-                except psycopg.Error as exc:
-                    kind, message = self._classify(exc)
-                    return failed_statement(index, len(statements), kind, message, rowcount, t0)
-                if "columns" in out:
-                    last = out
-                elif out.get("rowcount", -1) >= 0:
-                    rowcount = out["rowcount"]
-        return finished(last, rowcount, len(statements), t0)
+            return run_statements(
+                statements,
+                lambda stmt: self._statement(conn, stmt),
+                psycopg.Error,
+                self._classify,
+                t0,
+            )
 
     # -- one statement ----------------------------------------------------------------------
 
