@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.bench.replay import ServerCopyRunner
 from birdrl.bench.workload import Trajectory
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
-from birdrl.db.sandbox import ExecResult
 from birdrl.dialects.mysql.backend import MySQLBackend
 from birdrl.dialects.mysql.inspect import quote
 from birdrl.dialects.mysql.replica import MySQLTemplate, clone_database
@@ -50,48 +47,31 @@ def my_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
     return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
 
 
-class MyCopyRunner:
-    """Copy-per-rollout on MySQL: a fresh database (and user) per trajectory, dropped at
-    its end."""
+class MyCopyRunner(ServerCopyRunner):
+    """Copy-per-rollout on MySQL: a database (and its user) cloned from the template per
+    trajectory."""
 
     def __init__(self, bench: MyBench, stats: IOStats) -> None:
+        sizes = {db_id: t.size for db_id, t in bench.opened.items()}
+        super().__init__(f"{bench.server.prefix}_copy", sizes, stats)
         self.bench = bench
-        self.stats = stats
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        self._live = 0
-        self.peak = 0
 
-    def start(self, traj: Trajectory) -> tuple[tuple[MySQLSandbox, str, int], float, bool]:
+    def create(self, name: str, db_id: str) -> None:
         backend = self.bench.backend
-        name = f"{self.bench.server.prefix}_copy_t{next(self._ids):06d}"
-        template = self.bench.opened[traj.db_id]
-        size = template.size
-        with self._lock:
-            self._live += size
-            self.peak = max(self.peak, self._live)
-        t0 = time.perf_counter()
-        with self.stats.measure("provision") as op:
-            backend.ensure_user(name)
-            definer = f"{quote(backend.user_of(name))}@{quote(backend.user_host)}"
-            with backend.connect_admin() as conn:
-                clone_database(conn, template, name, definer)
-            op.add(read=size, written=size)
-        sandbox = MySQLSandbox(backend.replica_dsn(name), killer=backend.kill_query)
-        return (sandbox, name, size), time.perf_counter() - t0, True
+        backend.ensure_user(name)
+        definer = f"{quote(backend.user_of(name))}@{quote(backend.user_host)}"
+        with backend.connect_admin() as conn:
+            clone_database(conn, self.bench.opened[db_id], name, definer)
 
-    def execute(self, handle: tuple[MySQLSandbox, str, int], sql_text: str) -> ExecResult:
-        return handle[0].execute(sql_text)
+    def open(self, name: str) -> MySQLSandbox:
+        backend = self.bench.backend
+        return MySQLSandbox(backend.replica_dsn(name), killer=backend.kill_query)
 
-    def finish(self, handle: tuple[MySQLSandbox, str, int]) -> None:
-        sandbox, name, size = handle
-        sandbox.close()
+    def drop(self, name: str) -> None:
         backend = self.bench.backend
         backend.settle(name)
         backend.query(f"DROP DATABASE IF EXISTS {quote(name)}")
         backend.query(f"DROP USER IF EXISTS {quote(backend.user_of(name))}@'%'")
-        with self._lock:
-            self._live -= size
 
 
 @dataclass

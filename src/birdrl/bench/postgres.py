@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +18,10 @@ from typing import Any
 
 from psycopg import sql
 
+from birdrl.bench.replay import ServerCopyRunner
 from birdrl.bench.workload import Trajectory
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
-from birdrl.db.sandbox import ExecResult
 from birdrl.dialects.postgres.backend import PostgresBackend
 from birdrl.dialects.postgres.sandbox import PGSandbox
 from birdrl.dialects.postgres.server import PostgresServer
@@ -48,51 +45,33 @@ def pg_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
     return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
 
 
-class PGCopyRunner:
-    """Copy-per-rollout on PostgreSQL: a fresh database per trajectory, dropped at its end."""
+class PGCopyRunner(ServerCopyRunner):
+    """Copy-per-rollout on PostgreSQL: ``CREATE DATABASE ... TEMPLATE`` per trajectory."""
 
     def __init__(self, bench: PGBench, stats: IOStats) -> None:
+        super().__init__(f"{bench.server.prefix}_bench", bench.sizes, stats)
         self.bench = bench
-        self.stats = stats
-        self._ids = itertools.count()
-        self._lock = threading.Lock()
-        self._live = 0
-        self.peak = 0
 
-    def start(self, traj: Trajectory) -> tuple[tuple[PGSandbox, str, int], float, bool]:
+    def create(self, name: str, db_id: str) -> None:
         backend = self.bench.backend
-        name = f"{self.bench.server.prefix}_bench_t{next(self._ids):06d}"
-        size = self.bench.sizes[traj.db_id]
-        with self._lock:
-            self._live += size
-            self.peak = max(self.peak, self._live)
-        t0 = time.perf_counter()
-        with self.stats.measure("provision") as op:
-            backend.query(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(self.bench.templates[traj.db_id])
-                )
+        backend.query(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.bench.templates[db_id])
             )
-            backend.query(
-                sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
-                    sql.Identifier(name), sql.Identifier(backend.sandbox_role)
-                )
+        )
+        backend.query(
+            sql.SQL("GRANT CONNECT, TEMPORARY ON DATABASE {} TO {}").format(
+                sql.Identifier(name), sql.Identifier(backend.sandbox_role)
             )
-            op.add(read=size, written=size)
-        sandbox = PGSandbox(backend.sandbox_conninfo(name))
-        return (sandbox, name, size), time.perf_counter() - t0, True
+        )
 
-    def execute(self, handle: tuple[PGSandbox, str, int], sql_text: str) -> ExecResult:
-        return handle[0].execute(sql_text)
+    def open(self, name: str) -> PGSandbox:
+        return PGSandbox(self.bench.backend.sandbox_conninfo(name))
 
-    def finish(self, handle: tuple[PGSandbox, str, int]) -> None:
-        sandbox, name, size = handle
-        sandbox.close()
+    def drop(self, name: str) -> None:
         self.bench.backend.query(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
-        with self._lock:
-            self._live -= size
 
 
 @dataclass

@@ -12,7 +12,9 @@ the template per trajectory (the container-per-rollout baseline).
 
 from __future__ import annotations
 
+import abc
 import collections
+import itertools
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 
 from birdrl.bench.result import BenchProgress, ProgressCallback
 from birdrl.bench.workload import Trajectory
-from birdrl.db.backend import BackendReplica
+from birdrl.db.backend import BackendReplica, SandboxLike
 from birdrl.db.errors import AcquireTimeout
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import Lease, ReplicaPool
@@ -114,6 +116,56 @@ class CopyRunner:
         path.unlink(missing_ok=True)
         for p in sidecar_paths(path):
             p.unlink(missing_ok=True)
+        with self._lock:
+            self._live -= size
+
+
+class ServerCopyRunner(abc.ABC):
+    """Copy-per-rollout on a database server: a database created from the template per
+    trajectory (`create`), opened as untrusted SQL would be (`open`), dropped at its end
+    (`drop`). Subclasses say how; this class names the databases and tracks the bytes in
+    flight (template sizes as the server reports them: logical bytes)."""
+
+    def __init__(self, prefix: str, sizes: Mapping[str, int], stats: IOStats) -> None:
+        self.prefix = prefix
+        self.sizes = sizes
+        self.stats = stats
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._live = 0
+        self.peak = 0
+
+    @abc.abstractmethod
+    def create(self, name: str, db_id: str) -> None:
+        """Create database `name` from the template of `db_id`."""
+
+    @abc.abstractmethod
+    def open(self, name: str) -> SandboxLike:
+        """A sandboxed session on database `name`."""
+
+    @abc.abstractmethod
+    def drop(self, name: str) -> None:
+        """Drop database `name` (and whatever was made for it)."""
+
+    def start(self, traj: Trajectory) -> tuple[tuple[SandboxLike, str, int], float, bool]:
+        name = f"{self.prefix}_t{next(self._ids):06d}"
+        size = self.sizes[traj.db_id]
+        with self._lock:
+            self._live += size
+            self.peak = max(self.peak, self._live)
+        t0 = time.perf_counter()
+        with self.stats.measure("provision") as op:
+            self.create(name, traj.db_id)
+            op.add(read=size, written=size)
+        return (self.open(name), name, size), time.perf_counter() - t0, True
+
+    def execute(self, handle: tuple[SandboxLike, str, int], sql: str) -> ExecResult:
+        return handle[0].execute(sql)
+
+    def finish(self, handle: tuple[SandboxLike, str, int]) -> None:
+        sandbox, name, size = handle
+        sandbox.close()
+        self.drop(name)
         with self._lock:
             self._live -= size
 

@@ -81,7 +81,7 @@ from birdrl.bench.config import (
     baseline_of,
     server_engine,
 )
-from birdrl.bench.replay import CopyRunner, PoolRunner, Replay, run_replay
+from birdrl.bench.replay import CopyRunner, PoolRunner, Replay, ServerCopyRunner, run_replay
 from birdrl.bench.result import (
     BenchProgress,
     BenchResult,
@@ -99,8 +99,8 @@ from birdrl.db.restore import CopyRestore
 from birdrl.errors import BirdrlError
 
 if TYPE_CHECKING:  # server drivers are optional extras: imported only when their strategies run
-    from birdrl.bench.mysql import MyBench, MyCopyRunner
-    from birdrl.bench.postgres import PGBench, PGCopyRunner
+    from birdrl.bench.mysql import MyBench
+    from birdrl.bench.postgres import PGBench
 
     ServerBench = PGBench | MyBench
 
@@ -404,7 +404,7 @@ def _run_baseline(
     setup_s = time.perf_counter() - t0
     report(BenchProgress("setup", name, 1, 1))
     stats = IOStats()
-    runner: CopyRunner | PGCopyRunner | MyCopyRunner = (
+    runner: CopyRunner | ServerCopyRunner = (
         CopyRunner(templates, root, stats) if server is None else server.copy_runner(stats)
     )
     replay = run_replay(
