@@ -15,6 +15,7 @@ from test_mysql_pool import MySetup, my_setup
 from birdrl.db import ErrorKind, PoolConfig, ReplicaPool, SandboxLimits
 from birdrl.dialects.mysql.dsn import connect
 from birdrl.dialects.mysql.local import LocalMariaDB
+from birdrl.dialects.mysql.replica import MySQLReplica
 from birdrl.dialects.mysql.sandbox import refusal
 from birdrl.dialects.mysql.server import MySQLServer
 
@@ -193,3 +194,70 @@ def test_the_template_is_out_of_reach_and_unchanged(my: MySetup, pool: ReplicaPo
     with connect(my.admin_dsn) as conn, conn.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'evil'")
         assert cur.fetchone()[0] == 0
+
+
+def test_a_prepared_xa_transaction_does_not_outlive_the_lease(my: MySetup, tmp_path: Path) -> None:
+    """XA is refused in the sandbox; a trusted session on the replica (as test cases get)
+    could still leave one prepared: the pool rolls it back when the lease ends."""
+    with my.pool(tmp_path) as pool:
+        lease = pool.acquire("xa", "shop")
+        with connect(lease.locator) as conn, conn.cursor() as cur:
+            cur.execute("XA START 'left'")
+            cur.execute("INSERT INTO audit (note) VALUES ('prepared')")
+            cur.execute("XA END 'left'")
+            cur.execute("XA PREPARE 'left'")
+        pool.release("xa")
+        with connect(my.admin_dsn) as conn, conn.cursor() as cur:
+            cur.execute("XA RECOVER")
+            assert cur.fetchall() == ()
+        pool.restore_dirty()
+        replica = pool.replicas()[0]
+        assert my.state(replica.dbname) == my.state(my.templates["shop"])
+
+
+def test_sql_size_limits(my: MySetup, tmp_path: Path) -> None:
+    limits = SandboxLimits(max_sql_length=1000, max_statements=3)
+    with my.pool(tmp_path, limits=limits) as pool:
+        lease = pool.acquire("big", "shop")
+        assert lease.execute("SELECT '" + "x" * 2000 + "'").error_kind == ErrorKind.LIMIT
+        assert lease.execute("SELECT 1; SELECT 2; SELECT 3; SELECT 4").error_kind == ErrorKind.LIMIT
+        assert lease.execute("SELECT 1; SELECT 2; SELECT 3").ok
+        pool.release("big")
+
+
+HOSTILE_SESSION = (
+    "DELETE FROM orders WHERE id % 3 = 0",
+    "ALTER TABLE customer ADD COLUMN vip INT DEFAULT 1",
+    "CREATE TRIGGER sneaky BEFORE INSERT ON audit FOR EACH ROW SET NEW.note = 'owned'",
+    "ANALYZE TABLE orders PERSISTENT FOR ALL",
+    "SELECT GET_LOCK('held', 0)",
+    "XA START 'x'",
+    "BEGIN",
+    "UPDATE customer SET name = 'left open'",
+)
+
+
+def _after_a_hostile_session(my: MySetup, pool: ReplicaPool) -> bool:
+    """True if the next lease of the replica a hostile session used equals the template."""
+    lease = pool.acquire("hostile", "shop")
+    for statement in HOSTILE_SESSION:
+        lease.execute(statement)
+    pool.release("hostile")
+    nxt = pool.acquire("next", "shop")
+    dbname = nxt.locator.split("/")[3].split("?")[0]
+    clean = my.state(dbname) == my.state(my.templates["shop"])
+    pool.release("next")
+    return clean
+
+
+def test_a_hostile_session_leaves_nothing_for_the_next_lease(my: MySetup, tmp_path: Path) -> None:
+    with my.pool(tmp_path) as pool:
+        assert _after_a_hostile_session(my, pool)
+
+
+def test_the_red_team_catches_disabled_dirty_detection(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(MySQLReplica, "changed", lambda self: False)
+    with my.pool(tmp_path) as pool:
+        assert not _after_a_hostile_session(my, pool)
