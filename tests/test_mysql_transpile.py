@@ -8,6 +8,7 @@ import ast
 import dataclasses
 
 import pytest
+from carried_over import TEST, TEST_CASE_REFUSALS, check_refusals_name_the_task, sqlite_task
 
 from birdrl.dialects.mysql.transpile import (
     TranspileError,
@@ -26,9 +27,7 @@ from birdrl.dialects.mysql.transpile.schema import extend_schema
 from birdrl.dialects.mysql.transpile.types import KEYS
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.bundled import ensure_databases
-from birdrl.tasks.model import Category, Task, TextToSQLTask
-
-TEST = "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
+from birdrl.tasks.model import TextToSQLTask
 
 # t.a and u.id are primary keys; t.s and t.d hold text, t.x reals
 SCHEMA = {
@@ -38,26 +37,8 @@ SCHEMA = {
 }
 
 
-def _task(**fields: object) -> Task:
-    base: dict[str, object] = {
-        "instance_id": "t_001",
-        "db_id": "shop",
-        "query": "In SQLite my query fails",
-        "issue_sql": ("SELECT Name FROM Album LIMIT 3",),
-        "sol_sql": ('SELECT "Name", IFNULL(Price, 0) FROM "Album" ORDER BY 1 LIMIT 3',),
-        "test_cases": (
-            TEST + '    rows, _ = perform_query_on_sqlite_databases("SELECT COUNT(*) FROM '
-            'Album", db_path, conn)\n    assert rows == [(3,)]\n',
-        ),
-        "category": Category.QUERY,
-        "extra": {"bug_family": "x"},
-    }
-    base.update(fields)
-    return Task(**base)  # type: ignore[arg-type]
-
-
 def test_fields_identifiers_query_and_dialect_are_carried_over() -> None:
-    out = transpile_task(_task())
+    out = transpile_task(sqlite_task())
     assert out.sol_sql == ("SELECT name, COALESCE(price, 0) FROM album ORDER BY 1 LIMIT 3",)
     assert out.issue_sql == ("SELECT name FROM album LIMIT 3",)
     assert out.query == "In MySQL my query fails"
@@ -346,15 +327,7 @@ def test_test_case_sql_is_rewritten_in_place_and_rows_stay_lists() -> None:
 
 @pytest.mark.parametrize(
     ("body", "why"),
-    [
-        ("    conn.execute('SELECT 1')\n", "connection directly"),
-        ("    import sqlite3\n", "sqlite3 module"),
-        ("    perform_query_on_sqlite_databases(f'SELECT {x}', db_path, conn)\n", "run time"),
-        (
-            "    perform_query_on_sqlite_databases('PRAGMA table_info(t)', db_path, conn)\n",
-            "PRAGMA",
-        ),
-    ],
+    [*TEST_CASE_REFUSALS, ("    import sqlite3\n", "sqlite3 module")],
 )
 def test_test_cases_using_sqlite_itself_are_refused(body: str, why: str) -> None:
     with pytest.raises(TranspileError, match=why):
@@ -362,29 +335,21 @@ def test_test_cases_using_sqlite_itself_are_refused(body: str, why: str) -> None
 
 
 def test_refusals_name_the_instance_and_the_field() -> None:
-    task = _task(sol_sql=("SELECT 1", "PRAGMA user_version = 3"))
-    with pytest.raises(TranspileError, match=r"task 't_001', sol_sql\[1\]: PRAGMA") as info:
-        transpile_task(task)
-    assert (info.value.instance_id, info.value.field) == ("t_001", "sol_sql[1]")
-    bad_test = _task(instance_id="t_002", test_cases=("x = 1", TEST + "    conn.commit()\n"))
-    kept, dropped = transpile_many([task, bad_test, _task(instance_id="ok")])
-    assert [t.instance_id for t in kept] == ["ok"]
-    assert dropped["t_001"] == "does not transpile: sol_sql[1]: PRAGMA has no MySQL meaning"
-    assert dropped["t_002"].startswith("does not transpile: test_cases[1]: ")
+    check_refusals_name_the_task(transpile_task, transpile_many, "MySQL")
 
 
 def test_invalid_sqlite_issue_sql_is_kept_verbatim_and_marked() -> None:
     out = transpile_task(
-        _task(issue_sql=("SELECT TOP 3 Name FROM Album", "SELECT DATEDIFF(day, a, b) FROM t"))
+        sqlite_task(issue_sql=("SELECT TOP 3 Name FROM Album", "SELECT DATEDIFF(day, a, b) FROM t"))
     )
     assert out.issue_sql == ("SELECT TOP 3 Name FROM Album", "SELECT DATEDIFF(day, a, b) FROM t")
     assert out.extra["verbatim_issue_sql"] == [0, 1]
     with pytest.raises(TranspileError, match=r"sol_sql\[0\]: not parseable"):
-        transpile_task(_task(sol_sql=("SELECT TOP 3 Name FROM Album",)))
+        transpile_task(sqlite_task(sol_sql=("SELECT TOP 3 Name FROM Album",)))
 
 
 def test_tables_a_task_creates_join_its_schema() -> None:
-    task = _task(
+    task = sqlite_task(
         preprocess_sql=("CREATE TABLE fees (id INTEGER PRIMARY KEY, kg REAL, n INTEGER)",),
         sol_sql=("SELECT kg / 2, n / 2 FROM fees",),
     )

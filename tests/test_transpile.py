@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 
 import pytest
+from carried_over import TEST, TEST_CASE_REFUSALS, check_refusals_name_the_task, sqlite_task
 
 from birdrl.dialects.postgres.transpile import (
     TranspileError,
@@ -19,31 +20,11 @@ from birdrl.dialects.postgres.transpile import (
     transpile_trigger,
 )
 from birdrl.tasks.benchmark import open_benchmark
-from birdrl.tasks.model import Category, Task, TextToSQLTask
-
-TEST = "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
-
-
-def _task(**fields: object) -> Task:
-    base: dict[str, object] = {
-        "instance_id": "t_001",
-        "db_id": "shop",
-        "query": "In SQLite my query fails",
-        "issue_sql": ("SELECT Name FROM Album LIMIT 3",),
-        "sol_sql": ('SELECT "Name", IFNULL(Price, 0) FROM "Album" ORDER BY 1 LIMIT 3',),
-        "test_cases": (
-            TEST + '    rows, _ = perform_query_on_sqlite_databases("SELECT COUNT(*) FROM '
-            'Album", db_path, conn)\n    assert rows == [(3,)]\n',
-        ),
-        "category": Category.QUERY,
-        "extra": {"bug_family": "x"},
-    }
-    base.update(fields)
-    return Task(**base)  # type: ignore[arg-type]
+from birdrl.tasks.model import TextToSQLTask
 
 
 def test_fields_identifiers_query_and_dialect_are_carried_over() -> None:
-    out = transpile_task(_task())
+    out = transpile_task(sqlite_task())
     # quoted names fold to lower case like unquoted ones; SQLite's NULL order stays explicit
     assert out.sol_sql == (
         "SELECT name, COALESCE(price, 0) FROM album ORDER BY 1 NULLS FIRST LIMIT 3",
@@ -194,7 +175,7 @@ def test_a_simple_trigger_becomes_a_plpgsql_function() -> None:
     )
     # in a task field, the two statements stay one string
     (sol,) = transpile_task(
-        _task(
+        sqlite_task(
             sol_sql=("CREATE TRIGGER t AFTER UPDATE OF a ON x BEGIN UPDATE y SET n = n + 1; END",)
         )
     ).sol_sql
@@ -251,13 +232,8 @@ def test_sqlite_only_constructs_are_refused(sql: str, why: str) -> None:
 @pytest.mark.parametrize(
     ("body", "why"),
     [
-        ("    conn.execute('SELECT 1')\n", "connection directly"),
+        *TEST_CASE_REFUSALS,
         ("    import json, sqlite3\n", "sqlite3 module"),
-        ("    perform_query_on_sqlite_databases(f'SELECT {x}', db_path, conn)\n", "run time"),
-        (
-            "    perform_query_on_sqlite_databases('PRAGMA table_info(t)', db_path, conn)\n",
-            "PRAGMA",
-        ),
         ("    rows = 'SELECT name FROM sqlite_master'\n", "sqlite_master"),
     ],
 )
@@ -267,23 +243,15 @@ def test_test_cases_using_sqlite_itself_are_refused(body: str, why: str) -> None
 
 
 def test_refusals_name_the_instance_and_the_field() -> None:
-    task = _task(sol_sql=("SELECT 1", "PRAGMA user_version = 3"))
-    with pytest.raises(TranspileError, match=r"task 't_001', sol_sql\[1\]: PRAGMA") as info:
-        transpile_task(task)
-    assert (info.value.instance_id, info.value.field) == ("t_001", "sol_sql[1]")
-    bad_test = _task(instance_id="t_002", test_cases=("x = 1", TEST + "    conn.commit()\n"))
-    kept, dropped = transpile_many([task, bad_test, _task(instance_id="ok")])
-    assert [t.instance_id for t in kept] == ["ok"]
-    assert dropped["t_001"] == "does not transpile: sol_sql[1]: PRAGMA has no PostgreSQL meaning"
-    assert dropped["t_002"].startswith("does not transpile: test_cases[1]: ")
+    check_refusals_name_the_task(transpile_task, transpile_many, "PostgreSQL")
 
 
 def test_unparseable_issue_sql_is_kept_verbatim_and_marked() -> None:
-    out = transpile_task(_task(issue_sql=("SELECT TOP 3 Name FROM Album",)))
+    out = transpile_task(sqlite_task(issue_sql=("SELECT TOP 3 Name FROM Album",)))
     assert out.issue_sql == ("SELECT TOP 3 Name FROM Album",)
     assert out.extra["verbatim_issue_sql"] == [0]
     with pytest.raises(TranspileError, match=r"sol_sql\[0\]: not parseable"):
-        transpile_task(_task(sol_sql=("SELECT TOP 3 Name FROM Album",)))
+        transpile_task(sqlite_task(sol_sql=("SELECT TOP 3 Name FROM Album",)))
 
 
 def test_text_to_sql_gold_sql_is_transpiled() -> None:

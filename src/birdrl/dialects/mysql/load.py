@@ -5,7 +5,7 @@ The schema is read from SQLite (``PRAGMA table_xinfo``, ``index_list``, ``index_
 that carries tasks over (`birdrl.dialects.mysql.transpile`): names, defaults, CHECKs,
 views and triggers are its output, so tables and columns are named as transpiled tasks
 name them, in lower case (``Album.ArtistId`` -> ``album.artistid``). `schema_sql` shows
-the DDL.
+the DDL; what every loader reads from the SQLite file alike is `birdrl.dialects.loading`.
 
 - The database and its text columns use ``utf8mb4_nopad_bin`` (SQLite's BINARY: case and
   trailing spaces count); a column declared ``COLLATE NOCASE`` gets
@@ -43,16 +43,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from birdrl.dialects.carry import TranspileError
+from birdrl.dialects.loading import (
+    LoadedObjects,
+    SchemaNote,
+    create_in_passes,
+    first_line,
+    next_rowid,
+    open_sqlite,
+    rows_query,
+)
 from birdrl.dialects.mysql.dsn import connect, with_database
 from birdrl.dialects.mysql.transpile import BINARY_COLLATION, my_identifier
 from birdrl.dialects.mysql.transpile.database import (
     DatabasePlan,
-    SchemaNote,
     TablePlan,
     plan_database,
     with_checks,
 )
-from birdrl.dialects.mysql.transpile.schema import open_sqlite, quote_sqlite
 from birdrl.errors import BirdrlError
 
 if TYPE_CHECKING:
@@ -80,31 +87,16 @@ class LoadError(BirdrlError):
 
 
 @dataclass
-class LoadReport:
-    """What `load_sqlite_database` created, by MySQL name."""
+class LoadReport(LoadedObjects):
+    """What `load_sqlite_database` created, by MySQL name (rows inserted per table)."""
 
     database: str
     fingerprint: str
     """The SQLite file's SHA-256, as the database's comment records it."""
     reused: bool = False
     """The database was already loaded from this file: nothing was done."""
-    tables: dict[str, int] = field(default_factory=dict)
-    """table -> rows inserted."""
     auto_increments: dict[str, str] = field(default_factory=dict)
     """table -> its AUTO_INCREMENT column (SQLite's INTEGER PRIMARY KEY)."""
-    indexes: list[str] = field(default_factory=list)
-    foreign_keys: list[str] = field(default_factory=list)
-    views: list[str] = field(default_factory=list)
-    triggers: list[str] = field(default_factory=list)
-    skipped: list[SchemaNote] = field(default_factory=list)
-    """What the MySQL database does not have, and why."""
-    changed: list[SchemaNote] = field(default_factory=list)
-    """What it has in a weaker or different form."""
-
-    @property
-    def rows(self) -> int:
-        """Rows inserted, all tables together."""
-        return sum(self.tables.values())
 
 
 def fingerprint(sqlite_path: str | Path) -> str:
@@ -114,13 +106,6 @@ def fingerprint(sqlite_path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _open(sqlite_path: str | Path) -> sqlite3.Connection:
-    try:
-        return open_sqlite(sqlite_path)
-    except FileNotFoundError as exc:
-        raise LoadError(str(exc)) from exc
 
 
 def _read_plan(src: sqlite3.Connection) -> DatabasePlan:
@@ -134,7 +119,7 @@ def schema_sql(sqlite_path: str | Path) -> str:
     """The MySQL DDL `load_sqlite_database` runs for this SQLite database (tables, indexes,
     foreign keys, views, triggers), as one script; what it skips is left out. Triggers are
     compound statements: a ``mysql`` client needs a DELIMITER around them."""
-    src = _open(sqlite_path)
+    src = open_sqlite(sqlite_path, LoadError)
     try:
         plan = _read_plan(src)
     finally:
@@ -251,7 +236,7 @@ def _load(
     digest: str,
     marker: str,
 ) -> LoadReport:
-    src = _open(sqlite_path)
+    src = open_sqlite(sqlite_path, LoadError)
     try:
         plan = _read_plan(src)
         report = LoadReport(dbname, digest, skipped=list(plan.skipped), changed=list(plan.changed))
@@ -345,9 +330,7 @@ def _copy(
         f"INSERT INTO {my_identifier(table.name)} ({columns}) "
         f"VALUES ({', '.join(['%s'] * len(names))})"
     )
-    select = f"SELECT {', '.join(quote_sqlite(c) for c in names)} FROM {quote_sqlite(table.name)}"
-    if table.rowid:
-        select += " ORDER BY _rowid_"
+    select = rows_query(table.name, names, table.rowid)
     n = 0
     try:
         rows = src.execute(select)
@@ -368,18 +351,11 @@ def _set_auto_increment(
     table: TablePlan,
     column: str,
 ) -> None:
-    """Next id = max(id, sqlite_sequence) + 1, the id SQLite would hand out next."""
-    (top,) = src.execute(
-        f"SELECT MAX({quote_sqlite(column)}) FROM {quote_sqlite(table.name)}"
-    ).fetchone()
-    row = None
-    if src.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
-        query = "SELECT seq FROM sqlite_sequence WHERE name = ?"  # AUTOINCREMENT's high mark
-        row = src.execute(query, (table.name,)).fetchone()
-    nxt = max(top or 0, row[0] if row else 0) + 1
+    """Next id: the one SQLite would hand out next (`next_rowid`)."""
     _run(
         conn,
-        f"ALTER TABLE {my_identifier(table.name)} AUTO_INCREMENT = {int(nxt)}",
+        f"ALTER TABLE {my_identifier(table.name)} AUTO_INCREMENT = "
+        f"{next_rowid(src, table.name, column)}",
         f"set the next id of {table.name}",
     )
 
@@ -398,34 +374,25 @@ def _optional(
         with conn.cursor() as cur:
             cur.execute(statement)
     except pymysql.Error as exc:
-        report.skipped.append(SchemaNote(kind, name, _first_line(exc)))
+        report.skipped.append(SchemaNote(kind, name, first_line(exc)))
         return False
     return True
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _views(
     conn: pymysql.connections.Connection[Any], report: LoadReport, views: list[tuple[str, str]]
 ) -> None:
-    """Views in passes, so that one using a view defined after it is still created."""
+    """Views in passes (`create_in_passes`)."""
     import pymysql
 
-    pending = list(views)
-    while pending:
-        errors: dict[str, str] = {}
-        for name, statement in pending:
-            try:
-                with conn.cursor() as cur:
-                    cur.execute(statement)
-            except pymysql.Error as exc:
-                errors[name] = _first_line(exc)
-                continue
-            report.views.append(my_identifier(name))
-        if len(errors) == len(pending):
-            report.skipped.extend(SchemaNote("view", name, errors[name]) for name, _ in pending)
-            return
-        pending = [(name, statement) for name, statement in pending if name in errors]
+    def run(statement: str) -> str | None:
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+        except pymysql.Error as exc:
+            return first_line(exc)
+        return None
+
+    created, skipped = create_in_passes(views, run)
+    report.views.extend(my_identifier(name) for name in created)
+    report.skipped.extend(skipped)

@@ -5,6 +5,7 @@ and the ``CREATE`` texts) and rendered for PostgreSQL with sqlglot, through the 
 that carries tasks over (`birdrl.dialects.postgres.transpile`): names, defaults, CHECKs, indexes, views
 and triggers are its output, so the tables are named as transpiled tasks name them, in
 unquoted lower case (``Album.ArtistId`` -> ``album.artistid``). `schema_sql` shows the DDL.
+What every loader reads from the SQLite file alike is `birdrl.dialects.loading`.
 
 - Column types follow SQLite's affinity rules (`pg_type`) and what the rows hold: INTEGER
   -> integer, or bigint when the values need it; REAL -> double precision (Python gets
@@ -32,20 +33,33 @@ schema (PostgreSQL 15 no longer grants that to everyone).
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
-import sqlglot
 from psycopg import errors as pgerr
-from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
+from birdrl.dialects.affinity import kind_of_rows, numeric_affinity
+from birdrl.dialects.loading import (
+    LoadedObjects,
+    SchemaNote,
+    create_in_passes,
+    first_line,
+    foreign_key_rows,
+    has_rowid,
+    next_rowid,
+    open_sqlite,
+    quote_sqlite,
+    read_checks,
+    rowid_alias,
+    rows_query,
+    schema_objects,
+    table_kinds,
+    table_storage,
+    unique_constraints,
+)
 from birdrl.dialects.postgres.transpile import (
     TranspileError,
     pg_identifier,
@@ -55,6 +69,7 @@ from birdrl.dialects.postgres.transpile import (
     transpile_statements,
     transpile_trigger,
 )
+from birdrl.dialects.postgres.transpile.common import PG_TYPES
 from birdrl.errors import BirdrlError
 
 __all__ = ["LoadError", "LoadReport", "SchemaNote", "load_sqlite", "schema_sql"]
@@ -66,38 +81,13 @@ class LoadError(BirdrlError):
     """An SQLite database (or one of its tables) could not be loaded into PostgreSQL."""
 
 
-@dataclass(frozen=True)
-class SchemaNote:
-    """A part of the SQLite schema that was not carried over, or only in a changed form."""
+@dataclass(kw_only=True)
+class LoadReport(LoadedObjects):
+    """What `load_sqlite` created, by PostgreSQL name (rows copied per table; a foreign key
+    that old rows violate is added NOT VALID and listed in `changed`)."""
 
-    kind: str
-    """"trigger", "view", "index", "foreign key", "check", "default", "collation", ..."""
-    name: str
-    reason: str
-
-
-@dataclass
-class LoadReport:
-    """What `load_sqlite` created, by PostgreSQL name."""
-
-    tables: dict[str, int] = field(default_factory=dict)
-    """table -> rows copied."""
     identities: dict[str, str] = field(default_factory=dict)
     """table -> its identity column (SQLite's INTEGER PRIMARY KEY)."""
-    indexes: list[str] = field(default_factory=list)
-    foreign_keys: list[str] = field(default_factory=list)
-    views: list[str] = field(default_factory=list)
-    triggers: list[str] = field(default_factory=list)
-    skipped: list[SchemaNote] = field(default_factory=list)
-    """What the PostgreSQL database does not have, and why."""
-    changed: list[SchemaNote] = field(default_factory=list)
-    """What it has in a weaker or different form (a NOT VALID foreign key, a generated
-    column kept as plain values)."""
-
-    @property
-    def rows(self) -> int:
-        """Rows copied, all tables together."""
-        return sum(self.tables.values())
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -143,36 +133,19 @@ class _Plan:
             self.skipped.append(SchemaNote(kind, name, exc.reason))
 
 
-def _q(name: str) -> str:
-    """An SQLite identifier, quoted for SQLite."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _open(sqlite_path: str | Path) -> sqlite3.Connection:
-    path = Path(sqlite_path)
-    if not path.is_file():
-        raise LoadError(f"SQLite database not found: {path}")
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-
-
 def _plan(src: sqlite3.Connection) -> _Plan:
     """Everything to create, rendered for PostgreSQL, in SQLite's creation order."""
     plan = _Plan()
-    objects = src.execute(
-        "SELECT type, name, sql FROM sqlite_master "
-        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
-    ).fetchall()
-    kinds = _table_kinds(src)
-    for kind, name, text in objects:
+    kinds = table_kinds(src)
+    for kind, name, text in schema_objects(src):
         if kind == "table":
-            table_type, rowid = kinds.get(name, ("table", True))
-            if table_type != "table" or (text or "").upper().startswith("CREATE VIRTUAL"):
-                why = f"a {table_type} table (SQLite module storage) has no PostgreSQL equivalent"
-                plan.skipped.append(SchemaNote("table", name, why))
+            rowid, skip = table_storage(kinds, name, text, "PostgreSQL")
+            if skip is not None:
+                plan.skipped.append(skip)
                 continue
-            plan.tables.append(_table(src, name, text or "", rowid, plan))
+            plan.tables.append(_table(src, name, text, rowid, plan))
             plan.foreign_keys.extend(_foreign_keys(src, name))
-        elif kind == "index" and text:  # constraint indexes (sql NULL) come with the table
+        elif kind == "index" and text:  # constraint indexes (no text) come with the table
             plan.transpile("index", name, text, plan.indexes)
         elif kind == "view":
             plan.transpile("view", name, text, plan.views)
@@ -190,28 +163,14 @@ def _plan(src: sqlite3.Connection) -> _Plan:
     return plan
 
 
-def _table_kinds(src: sqlite3.Connection) -> dict[str, tuple[str, bool]]:
-    """name -> (table type, has a rowid), from PRAGMA table_list (SQLite >= 3.37; older
-    versions: empty, and `_table` reads WITHOUT ROWID from the CREATE text)."""
-    try:
-        rows = src.execute("PRAGMA table_list").fetchall()
-    except sqlite3.Error:
-        return {}
-    return {r[1]: (r[2], not r[4]) for r in rows if r[0] == "main"}
-
-
 def _table(src: sqlite3.Connection, name: str, ddl: str, rowid: bool, plan: _Plan) -> _Table:
-    if re.search(r"\bWITHOUT\s+ROWID\b[\s,A-Z]*$", ddl.upper()):
-        rowid = False
-    cols = src.execute(f"PRAGMA table_xinfo({_q(name)})").fetchall()
+    rowid = has_rowid(ddl, rowid)
+    cols = src.execute(f"PRAGMA table_xinfo({quote_sqlite(name)})").fetchall()
     cols = [c for c in cols if c[6] != 1]  # hidden columns of virtual tables
     pk = [c[1] for c in sorted((c for c in cols if c[5]), key=lambda c: c[5])]
-    identity = None
-    if rowid and len(pk) == 1:
-        declared = next(c[2] for c in cols if c[1] == pk[0])
-        identity = pk[0] if declared.strip().upper() == "INTEGER" else None
+    identity = rowid_alias(rowid, pk, {c[1]: c[2] for c in cols})
     pg = pg_identifier(name)
-    checks, collated = _checks(ddl, name, plan)
+    checks, collated = read_checks(ddl, name, transpile_condition, plan.skipped)
     parts = []
     for _cid, cname, declared, notnull, default, _pk, hidden in cols:
         ctype = _column_type(src, name, cname, declared)
@@ -240,7 +199,7 @@ def _table(src: sqlite3.Connection, name: str, ddl: str, rowid: bool, plan: _Pla
         parts.append(piece)
     if pk:
         parts.append(f"PRIMARY KEY ({', '.join(pg_identifier(c) for c in pk)})")
-    for unique in _unique_constraints(src, name):
+    for unique in unique_constraints(src, name):
         parts.append(f"UNIQUE ({', '.join(pg_identifier(c) for c in unique)})")
     parts.extend(f"CHECK ({c})" for c in checks)
     ddl_pg = f"CREATE TABLE {pg} (\n  " + ",\n  ".join(parts) + "\n)"
@@ -254,20 +213,17 @@ def _column_type(src: sqlite3.Connection, table: str, column: str, declared: str
     stats = {
         kind: (count, low, high)
         for kind, count, low, high in src.execute(
-            f"SELECT typeof({_q(column)}), COUNT(*), MIN({_q(column)}), MAX({_q(column)}) "
-            f"FROM {_q(table)} GROUP BY 1"
+            f"SELECT typeof({quote_sqlite(column)}), COUNT(*), MIN({quote_sqlite(column)}), "
+            f"MAX({quote_sqlite(column)}) FROM {quote_sqlite(table)} GROUP BY 1"
         )
     }
     held = set(stats) - {"null"}
     where = f"{table}.{column}"
-    upper = declared.upper()
     try:
         base = pg_type(declared)
     except TranspileError:  # no declared type
         base = _type_of_rows(held, where)
-    numeric_affinity = not any(k in upper for k in ("INT", "CHAR", "CLOB", "TEXT", "BLOB"))
-    numeric_affinity &= not any(k in upper for k in ("REAL", "FLOA", "DOUB"))
-    if numeric_affinity and held and held <= {"integer", "real"}:
+    if numeric_affinity(declared) and held and held <= {"integer", "real"}:
         base = _type_of_rows(held, where)
     allowed = {
         "INTEGER": {"integer"},
@@ -289,84 +245,15 @@ def _column_type(src: sqlite3.Connection, table: str, column: str, declared: str
 
 
 def _type_of_rows(held: set[str], where: str) -> str:
-    if not held or held == {"text"}:
-        return "TEXT"
-    if held == {"blob"}:
-        return "BYTEA"
-    if held <= {"integer", "real"}:
-        return "INTEGER" if held == {"integer"} else "DOUBLE PRECISION"
-    raise LoadError(
-        f"column {where} mixes {', '.join(sorted(held))} values: no PostgreSQL type holds them all"
-    )
-
-
-def _unique_constraints(src: sqlite3.Connection, table: str) -> Iterator[list[str]]:
-    for _seq, index, unique, origin, partial in src.execute(f"PRAGMA index_list({_q(table)})"):
-        if unique and origin == "u" and not partial:
-            cols = sorted(src.execute(f"PRAGMA index_info({_q(index)})"), key=lambda r: r[0])
-            yield [c[2] for c in cols]
-
-
-_ON_CONFLICT = re.compile(r"\bON\s+CONFLICT\s+(ROLLBACK|ABORT|FAIL|IGNORE|REPLACE)\b", re.I)
-_TABLE_OPTIONS = re.compile(
-    r"\)\s*((?:WITHOUT\s+ROWID|STRICT)(?:\s*,\s*(?:WITHOUT\s+ROWID|STRICT))*)\s*;?\s*$", re.I
-)
-
-
-def _checks(ddl: str, table: str, plan: _Plan) -> tuple[list[str], dict[str, str]]:
-    """The table's CHECK constraints, transpiled, and {column: collation} of its columns
-    that declare one (read from the CREATE TABLE text: PRAGMAs do not show them)."""
-    for clause in {m.group(1).upper() for m in _ON_CONFLICT.finditer(ddl)} - {"ABORT"}:
-        plan.skipped.append(
-            SchemaNote("conflict clause", table, f"ON CONFLICT {clause} is SQLite-only")
-        )
-    text = _ON_CONFLICT.sub("", ddl)
-    text = _TABLE_OPTIONS.sub(")", text)
     try:
-        tree = sqlglot.parse_one(text, read="sqlite")
-    except SqlglotError as exc:
-        tree = None
-        reason = str(exc).splitlines()[0]
-    if not isinstance(tree, exp.Create) or not isinstance(tree.this, exp.Schema):
-        if "CHECK" in text.upper() or "COLLATE" in text.upper():
-            plan.skipped.append(
-                SchemaNote(
-                    "check",
-                    table,
-                    "CHECK/COLLATE clauses not readable: "
-                    + (reason if tree is None else "unsupported syntax"),
-                )
-            )
-        return [], {}
-    checks, collated = [], {}
-    for node in tree.this.expressions:
-        found = (
-            [node]
-            if isinstance(node, exp.CheckColumnConstraint)
-            else list(node.find_all(exp.CheckColumnConstraint))
-        )
-        if isinstance(node, exp.ColumnDef):
-            for c in node.args.get("constraints") or []:
-                if isinstance(c.kind, exp.CollateColumnConstraint):
-                    collation = c.kind.this.name.upper()
-                    if collation != "BINARY":
-                        collated[node.name.lower()] = collation
-        for check in found:
-            source = check.this.sql(dialect="sqlite")
-            try:
-                checks.append(transpile_condition(source))
-            except TranspileError as exc:
-                plan.skipped.append(SchemaNote("check", f"{table}: {source}", exc.reason))
-    return checks, collated
+        return PG_TYPES[kind_of_rows(held, where, "PostgreSQL")]
+    except TranspileError as exc:  # the rows mix kinds
+        raise LoadError(exc.reason) from exc
 
 
 def _foreign_keys(src: sqlite3.Connection, table: str) -> list[_ForeignKey]:
-    keys: dict[int, list[tuple[Any, ...]]] = {}
-    for row in src.execute(f"PRAGMA foreign_key_list({_q(table)})"):
-        keys.setdefault(row[0], []).append(row)
     out = []
-    for rows in keys.values():
-        rows.sort(key=lambda r: r[1])
+    for rows in foreign_key_rows(src, table):
         parent = rows[0][2]
         cols = ", ".join(pg_identifier(r[3]) for r in rows)
         refs = ", ".join(pg_identifier(r[4]) for r in rows) if all(r[4] for r in rows) else ""
@@ -388,7 +275,7 @@ def _foreign_keys(src: sqlite3.Connection, table: str) -> list[_ForeignKey]:
 def schema_sql(sqlite_path: str | Path) -> str:
     """The PostgreSQL DDL `load_sqlite` runs for this SQLite database (tables, indexes,
     foreign keys, views, triggers), as one script; what it skips is left out."""
-    src = _open(sqlite_path)
+    src = open_sqlite(sqlite_path, LoadError)
     try:
         plan = _plan(src)
     finally:
@@ -410,7 +297,7 @@ def load_sqlite(
     """Create the schema and rows of the SQLite file `sqlite_path` in the (existing, empty)
     database of `conn`; returns what was created and what was skipped, with reasons. See the
     module docstring for the transaction, the types and the ownership (`owner`)."""
-    src = _open(sqlite_path)
+    src = open_sqlite(sqlite_path, LoadError)
     try:
         plan = _plan(src)
         report = LoadReport(skipped=list(plan.skipped), changed=list(plan.changed))
@@ -457,9 +344,7 @@ def _execute(conn: psycopg.Connection[Any], statement: str, what: str) -> None:
 
 def _copy(src: sqlite3.Connection, conn: psycopg.Connection[Any], table: _Table) -> int:
     columns = ", ".join(pg_identifier(c) for c in table.columns)
-    select = f"SELECT {', '.join(_q(c) for c in table.columns)} FROM {_q(table.name)}"
-    if table.rowid:
-        select += " ORDER BY _rowid_"
+    select = rows_query(table.name, table.columns, table.rowid)
     n = 0
     try:
         with (
@@ -479,16 +364,10 @@ def _copy(src: sqlite3.Connection, conn: psycopg.Connection[Any], table: _Table)
 def _set_identity(
     src: sqlite3.Connection, conn: psycopg.Connection[Any], table: _Table, column: str
 ) -> None:
-    """Next id = max(id, sqlite_sequence) + 1, the id SQLite would hand out next."""
-    (top,) = src.execute(f"SELECT MAX({_q(column)}) FROM {_q(table.name)}").fetchone()
-    row = None
-    if src.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
-        query = "SELECT seq FROM sqlite_sequence WHERE name = ?"  # AUTOINCREMENT's high mark
-        row = src.execute(query, (table.name,)).fetchone()
-    nxt = max(top or 0, row[0] if row else 0) + 1
+    """Next id: the one SQLite would hand out next (`next_rowid`)."""
     conn.execute(
         "SELECT setval(pg_get_serial_sequence(%s, %s), %s, false)",
-        (table.pg, column.lower(), nxt),
+        (table.pg, column.lower(), next_rowid(src, table.name, column)),
     )
 
 
@@ -500,13 +379,9 @@ def _optional(
         with conn.transaction():
             conn.execute(statement.encode())
     except psycopg.Error as exc:
-        report.skipped.append(SchemaNote(kind, name, _first_line(exc)))
+        report.skipped.append(SchemaNote(kind, name, first_line(exc)))
         return False
     return True
-
-
-def _first_line(exc: psycopg.Error) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _foreign_key(conn: psycopg.Connection[Any], report: LoadReport, fk: _ForeignKey) -> None:
@@ -517,30 +392,27 @@ def _foreign_key(conn: psycopg.Connection[Any], report: LoadReport, fk: _Foreign
             conn.execute(fk.statement.encode())
     except pgerr.ForeignKeyViolation as exc:
         if _optional(conn, report, "foreign key", fk.label, fk.statement + " NOT VALID"):
-            note = f"added NOT VALID (checked for new rows only): {_first_line(exc)}"
+            note = f"added NOT VALID (checked for new rows only): {first_line(exc)}"
             report.changed.append(SchemaNote("foreign key", fk.label, note))
             report.foreign_keys.append(fk.label)
         return
     except psycopg.Error as exc:
-        report.skipped.append(SchemaNote("foreign key", fk.label, _first_line(exc)))
+        report.skipped.append(SchemaNote("foreign key", fk.label, first_line(exc)))
         return
     report.foreign_keys.append(fk.label)
 
 
 def _views(conn: psycopg.Connection[Any], report: LoadReport, views: list[tuple[str, str]]) -> None:
-    """Views in passes, so that one using a view defined after it is still created."""
-    pending = list(views)
-    while pending:
-        errors: dict[str, str] = {}
-        for name, statement in pending:
-            try:
-                with conn.transaction():
-                    conn.execute(statement.encode())
-            except psycopg.Error as exc:
-                errors[name] = _first_line(exc)
-                continue
-            report.views.append(pg_identifier(name))
-        if len(errors) == len(pending):
-            report.skipped.extend(SchemaNote("view", name, errors[name]) for name, _ in pending)
-            return
-        pending = [(name, statement) for name, statement in pending if name in errors]
+    """Views in passes (`create_in_passes`), each in a savepoint."""
+
+    def run(statement: str) -> str | None:
+        try:
+            with conn.transaction():
+                conn.execute(statement.encode())
+        except psycopg.Error as exc:
+            return first_line(exc)
+        return None
+
+    created, skipped = create_in_passes(views, run)
+    report.views.extend(pg_identifier(name) for name in created)
+    report.skipped.extend(skipped)

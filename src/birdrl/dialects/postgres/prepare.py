@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from birdrl.dialects.base import DialectError, Prepared
+from birdrl.dialects.base import Prepared
+from birdrl.dialects.native import native_templates
 
 if TYPE_CHECKING:
     from birdrl.dialects.postgres.server import PostgresServer
@@ -27,21 +28,7 @@ def _native_templates(server: PostgresServer, db_ids: set[str]) -> dict[str, str
         names = {r[0] for r in backend.query("SELECT datname FROM pg_catalog.pg_database")}
     finally:
         backend.close()
-    out: dict[str, str] = {}
-    missing = []
-    for db_id in sorted(db_ids):
-        for candidate in (f"{db_id}_template", db_id):
-            if candidate in names:
-                out[db_id] = candidate
-                break
-        else:
-            missing.append(db_id)
-    if missing:
-        raise DialectError(
-            f"no template database on the server for db_id(s) {', '.join(missing)} "
-            "(looked for {db_id}_template and {db_id})"
-        )
-    return out
+    return native_templates(names, db_ids)
 
 
 def prepare_benchmark(server: PostgresServer, bench: Benchmark) -> Prepared:

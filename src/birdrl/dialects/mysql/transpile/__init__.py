@@ -70,7 +70,8 @@ the loader), `sql` (refusals, the walk over a tree), `values` (numbers, text, co
 `functions` (SQLite functions by name), `tables` (INSERT variants, CREATE TABLE),
 `queries` (query shapes), `statements` (statements, conditions, expressions, triggers),
 `database` (a SQLite schema as the DDL `birdrl.dialects.mysql.load` runs); tasks here.
-What every target dialect shares is `birdrl.dialects.carry`.
+What every target dialect shares is neutral: `birdrl.dialects.carry`, `rewrite`,
+`sqlite_functions`, `affinity` and (for `database`) `loading`.
 """
 
 from __future__ import annotations

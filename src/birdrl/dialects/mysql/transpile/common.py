@@ -1,15 +1,17 @@
 """What the parts of the SQLite -> MySQL transpiler share: how names and types are rendered,
 the collations, small expression builders (the error is
-`birdrl.dialects.carry.TranspileError`)."""
+`birdrl.dialects.carry.TranspileError`; what every target shares is in
+`birdrl.dialects.rewrite` and `birdrl.dialects.affinity`)."""
 
 from __future__ import annotations
 
-import re
-
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError
 
-from birdrl.dialects.carry import TranspileError
+from birdrl.dialects import rewrite
+from birdrl.dialects.affinity import declared_kind
+from birdrl.dialects.rewrite import COMPARISONS as COMPARISONS
+from birdrl.dialects.rewrite import func_call as func_call
+from birdrl.dialects.rewrite import literal_text as literal_text
 
 __all__ = [
     "BINARY_COLLATION",
@@ -41,45 +43,24 @@ KEY_TEXT_TYPE = "VARCHAR(255)"
 """Text columns created by task SQL that are part of a key or an index (MySQL cannot index
 a whole LONGTEXT)."""
 
-_PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_$]*$")
-
 
 def normalise_identifier(identifier: exp.Identifier) -> None:
     """Lower case (MySQL table names are case-sensitive on Linux, SQLite's are not; the
     loader names every table and column in lower case), backquoted when not plain; sqlglot
     backquotes MySQL's reserved words itself."""
-    name = identifier.name.lower()
-    identifier.set("this", name)
-    identifier.set("quoted", not _PLAIN_NAME.match(name))
+    rewrite.normalise_identifier(identifier)
 
 
 def my_identifier(name: str) -> str:
     """`name` as transpiled SQL spells it on MySQL: lower case, backquoted only if needed."""
-    ident = exp.to_identifier(name)
-    normalise_identifier(ident)
-    return ident.sql(dialect="mysql")
+    return rewrite.identifier_sql(name, "mysql")
 
 
 def kind_of_declared(declared: str) -> str:
     """The value kind ("integer", "real", "text", "blob") a SQLite declared type holds, by
-    SQLite's affinity rules: INT -> integer, CHAR/CLOB/TEXT -> text, BLOB -> blob,
-    REAL/FLOA/DOUB -> real, BOOL -> integer (0/1), DATE/TIME -> text (SQLite stores dates as
-    text), other NUMERIC affinity (NUMERIC(10,2), DECIMAL) -> real (SQLite stores such values
-    as 8-byte floats). A column without a declared type raises: only its rows can tell."""
-    t = declared.strip().upper()
-    if not t:
-        raise TranspileError("a column without a declared type has no MySQL type")
-    if "INT" in t:
-        return "integer"
-    if any(k in t for k in ("CHAR", "CLOB", "TEXT")):
-        return "text"
-    if "BLOB" in t:
-        return "blob"
-    if "BOOL" in t:
-        return "integer"
-    if ("DATE" in t or "TIME" in t) and not any(k in t for k in ("REAL", "FLOA", "DOUB")):
-        return "text"
-    return "real"
+    SQLite's affinity rules (`birdrl.dialects.affinity.declared_kind`). A column without a
+    declared type raises: only its rows can tell."""
+    return declared_kind(declared, "MySQL")
 
 
 def my_type(declared: str, *, keyed: bool = False) -> str:
@@ -96,24 +77,11 @@ def my_type(declared: str, *, keyed: bool = False) -> str:
 
 def render(tree: exp.Expr) -> str:
     """`tree` as MySQL SQL; TranspileError where sqlglot has no MySQL rendering."""
-    try:
-        return tree.sql(dialect="mysql", unsupported_level=ErrorLevel.RAISE)
-    except SqlglotError as exc:
-        raise TranspileError(f"sqlglot cannot render it for MySQL: {exc}") from exc
+    return rewrite.render(tree, "mysql", "MySQL")
 
 
 def cast_to(node: exp.Expr, to: str) -> exp.Cast:
     return exp.Cast(this=node, to=exp.DataType.build(to, dialect="mysql"))
-
-
-def func_call(name: str, *args: exp.Expr) -> exp.Anonymous:
-    return exp.Anonymous(this=name, expressions=list(args))
-
-
-def literal_text(node: exp.Expr | None, what: str) -> str:
-    if isinstance(node, exp.Literal) and node.is_string:
-        return str(node.this)
-    raise TranspileError(f"{what} must be a string literal to be translated")
 
 
 def as_double(node: exp.Expr) -> exp.Cast:
@@ -129,6 +97,3 @@ def unwrap(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
-
-
-COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)

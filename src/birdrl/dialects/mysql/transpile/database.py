@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
 
 from birdrl.dialects.carry import TranspileError, parse_sqlite
-from birdrl.dialects.mysql.transpile.common import NOCASE_COLLATION, my_identifier
-from birdrl.dialects.mysql.transpile.schema import (
-    SQLiteColumn,
+from birdrl.dialects.loading import (
+    SchemaNote,
+    foreign_key_rows,
+    has_rowid,
     quote_sqlite,
-    read_columns,
-    view_columns,
+    read_checks,
+    rowid_alias,
+    schema_objects,
+    table_kinds,
+    table_storage,
+    unique_constraints,
 )
+from birdrl.dialects.mysql.transpile.common import NOCASE_COLLATION, my_identifier
+from birdrl.dialects.mysql.transpile.schema import SQLiteColumn, read_columns, view_columns
 from birdrl.dialects.mysql.transpile.statements import (
     transpile_condition,
     transpile_expression,
@@ -35,16 +39,6 @@ __all__ = ["DatabasePlan", "SchemaNote", "TablePlan", "plan_database", "with_che
 
 _ROW_LIMIT = 65_000  # bytes MySQL allows for a row's non-BLOB columns, with some margin
 _KEY_LIMIT = 3072  # bytes of an InnoDB index key
-
-
-@dataclass(frozen=True)
-class SchemaNote:
-    """A part of the SQLite schema that was not carried over, or only in a changed form."""
-
-    kind: str
-    """"trigger", "view", "index", "foreign key", "check", "default", "collation", ..."""
-    name: str
-    reason: str
 
 
 @dataclass
@@ -83,30 +77,26 @@ def plan_database(src: sqlite3.Connection) -> DatabasePlan:
     """Everything to create for the SQLite database `src`, rendered for MySQL, in SQLite's
     creation order. Raises TranspileError for rows no MySQL column holds."""
     plan = DatabasePlan()
-    objects = src.execute(
-        "SELECT type, name, tbl_name, sql FROM sqlite_master "
-        "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid"
-    ).fetchall()
-    kinds = _table_kinds(src)
-    keyed = _keyed_columns(src, [n for t, n, _, _ in objects if t == "table"])
-    for kind, name, _table_name, text in objects:
+    objects = schema_objects(src)
+    kinds = table_kinds(src)
+    keyed = _keyed_columns(src, [n for t, n, _ in objects if t == "table"])
+    for kind, name, text in objects:
         if kind != "table":
             continue
-        table_type, rowid = kinds.get(name, ("table", True))
-        if table_type != "table" or (text or "").upper().startswith("CREATE VIRTUAL"):
-            why = f"a {table_type} table (SQLite module storage) has no MySQL equivalent"
-            plan.skipped.append(SchemaNote("table", name, why))
+        rowid, skip = table_storage(kinds, name, text, "MySQL")
+        if skip is not None:
+            plan.skipped.append(skip)
             continue
         columns = read_columns(src, name)
         plan.schema[name.lower()] = {c.name.lower(): c.kind for c in columns}
         pk = sorted((c for c in columns if c.pk), key=lambda c: c.pk)
         plan.schema.setdefault(KEYS, {})[name.lower()] = "\n".join(c.name.lower() for c in pk)
-        plan.tables.append(_table(src, name, text or "", rowid, columns, keyed, plan))
+        plan.tables.append(_table(src, name, text, rowid, columns, keyed, plan))
     loaded = {t.name.lower() for t in plan.tables}
     for table in plan.tables:
         plan.foreign_keys.extend(_foreign_keys(src, table, loaded, plan))
         plan.indexes.extend(_indexes(src, table, plan))
-    for kind, name, _table_name, text in objects:
+    for kind, name, text in objects:
         if kind == "view":
             try:
                 (statement,) = transpile_statements(text, plan.schema)
@@ -122,16 +112,6 @@ def plan_database(src: sqlite3.Connection) -> DatabasePlan:
             except TranspileError as exc:
                 plan.skipped.append(SchemaNote("trigger", name, exc.reason))
     return plan
-
-
-def _table_kinds(src: sqlite3.Connection) -> dict[str, tuple[str, bool]]:
-    """name -> (table type, has a rowid), from PRAGMA table_list (SQLite >= 3.37; older
-    versions: empty, and `_table` reads WITHOUT ROWID from the CREATE text)."""
-    try:
-        rows = src.execute("PRAGMA table_list").fetchall()
-    except sqlite3.Error:
-        return {}
-    return {r[1]: (r[2], not r[4]) for r in rows if r[0] == "main"}
 
 
 def _keyed_columns(src: sqlite3.Connection, tables: Sequence[str]) -> set[tuple[str, str]]:
@@ -196,15 +176,15 @@ def _table(
     keyed: set[tuple[str, str]],
     plan: DatabasePlan,
 ) -> TablePlan:
-    if re.search(r"\bWITHOUT\s+ROWID\b[\s,A-Z]*$", ddl.upper()):
-        rowid = False
+    rowid = has_rowid(ddl, rowid)
     pk = [c.name for c in sorted((c for c in columns if c.pk), key=lambda c: c.pk)]
-    auto = None
-    if rowid and len(pk) == 1:
-        declared = next(c.declared for c in columns if c.name == pk[0])
-        auto = pk[0] if declared.strip().upper() == "INTEGER" else None
+    auto = rowid_alias(rowid, pk, {c.name: c.declared for c in columns})
     types = _types(name, columns, keyed)
-    checks, collated = _checks(ddl, name, plan)
+
+    def condition(source: str) -> str:
+        return transpile_condition(source, plan.schema, table=name)
+
+    checks, collated = read_checks(ddl, name, condition, plan.skipped)
     parts = []
     for c in columns:
         piece = f"{my_identifier(c.name)} {types[c.name]}"
@@ -232,7 +212,7 @@ def _table(
         parts.append(piece)
     if pk:
         parts.append(f"PRIMARY KEY ({', '.join(my_identifier(c) for c in pk)})")
-    for unique in _unique_constraints(src, name):
+    for unique in unique_constraints(src, name):
         parts.append(f"UNIQUE ({', '.join(my_identifier(c) for c in unique)})")
     body = ",\n  ".join(parts)
     create = f"CREATE TABLE {my_identifier(name)} (\n  {body}\n)"
@@ -249,62 +229,6 @@ def _is_literal(default: str) -> bool:
     if isinstance(value, exp.Neg):
         value = value.this
     return isinstance(value, (exp.Literal, exp.Null))
-
-
-def _unique_constraints(src: sqlite3.Connection, table: str) -> Iterator[list[str]]:
-    for _seq, index, unique, origin, partial in src.execute(
-        f"PRAGMA index_list({quote_sqlite(table)})"
-    ):
-        if unique and origin == "u" and not partial:
-            cols = sorted(src.execute(f"PRAGMA index_info({quote_sqlite(index)})"))
-            yield [c[2] for c in cols]
-
-
-_ON_CONFLICT = re.compile(r"\bON\s+CONFLICT\s+(ROLLBACK|ABORT|FAIL|IGNORE|REPLACE)\b", re.I)
-_TABLE_OPTIONS = re.compile(
-    r"\)\s*((?:WITHOUT\s+ROWID|STRICT)(?:\s*,\s*(?:WITHOUT\s+ROWID|STRICT))*)\s*;?\s*$", re.I
-)
-
-
-def _checks(ddl: str, table: str, plan: DatabasePlan) -> tuple[list[str], dict[str, str]]:
-    """The table's CHECK constraints, transpiled, and {column: collation} of its columns
-    that declare one (read from the CREATE TABLE text: PRAGMAs do not show them)."""
-    for clause in {m.group(1).upper() for m in _ON_CONFLICT.finditer(ddl)} - {"ABORT"}:
-        plan.skipped.append(
-            SchemaNote("conflict clause", table, f"ON CONFLICT {clause} is SQLite-only")
-        )
-    text = _TABLE_OPTIONS.sub(")", _ON_CONFLICT.sub("", ddl))
-    reason = "unsupported syntax"
-    try:
-        tree = sqlglot.parse_one(text, read="sqlite")
-    except SqlglotError as exc:
-        tree = None
-        reason = str(exc).splitlines()[0]
-    if not isinstance(tree, exp.Create) or not isinstance(tree.this, exp.Schema):
-        if "CHECK" in text.upper() or "COLLATE" in text.upper():
-            why = f"CHECK/COLLATE clauses not readable: {reason}"
-            plan.skipped.append(SchemaNote("check", table, why))
-        return [], {}
-    checks, collated = [], {}
-    for node in tree.this.expressions:
-        found = (
-            [node]
-            if isinstance(node, exp.CheckColumnConstraint)
-            else list(node.find_all(exp.CheckColumnConstraint))
-        )
-        if isinstance(node, exp.ColumnDef):
-            for c in node.args.get("constraints") or []:
-                if isinstance(c.kind, exp.CollateColumnConstraint):
-                    collation = c.kind.this.name.upper()
-                    if collation != "BINARY":
-                        collated[node.name.lower()] = collation
-        for check in found:
-            source = check.this.sql(dialect="sqlite")
-            try:
-                checks.append(transpile_condition(source, plan.schema, table=table))
-            except TranspileError as exc:
-                plan.skipped.append(SchemaNote("check", f"{table}: {source}", exc.reason))
-    return checks, collated
 
 
 def _indexes(
@@ -369,12 +293,8 @@ def _primary_key(src: sqlite3.Connection, table: str) -> list[str]:
 def _foreign_keys(
     src: sqlite3.Connection, table: TablePlan, loaded: set[str], plan: DatabasePlan
 ) -> list[tuple[str, str, str]]:
-    keys: dict[int, list[tuple[Any, ...]]] = {}
-    for row in src.execute(f"PRAGMA foreign_key_list({quote_sqlite(table.name)})"):
-        keys.setdefault(row[0], []).append(row)
     out = []
-    for n, rows in enumerate(keys.values(), start=1):
-        rows.sort(key=lambda r: r[1])
+    for n, rows in enumerate(foreign_key_rows(src, table.name), start=1):
         parent = rows[0][2]
         children = [r[3] for r in rows]
         refs = [r[4] for r in rows] if all(r[4] for r in rows) else _primary_key(src, parent)

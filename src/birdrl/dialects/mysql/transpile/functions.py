@@ -13,11 +13,20 @@ from birdrl.dialects.mysql.transpile.common import (
     as_double,
     cast_to,
     func_call,
-    literal_text,
     unwrap,
     utc_now,
 )
 from birdrl.dialects.mysql.transpile.types import KIND
+from birdrl.dialects.sqlite_functions import (
+    DateModifier,
+    PrintfSpec,
+    convert_function,
+    pad,
+    printf_pieces,
+    read_modifier,
+    strftime_parts,
+    time_value,
+)
 
 __all__ = ["convert_anonymous", "date_format"]
 
@@ -28,12 +37,7 @@ _MICROSECONDS = {
     "MINUTE": 60_000_000,
     "SECOND": 1_000_000,
 }
-_MODIFIER = re.compile(r"^\s*([+-]?\d+(?:\.\d*)?)\s+(day|hour|minute|second)s?\s*$", re.I)
-_MONTHS = re.compile(r"^\s*([+-]?\d+)(?:\.0*)?\s+(month|year)s?\s*$", re.I)
-_START_OF = re.compile(r"^\s*start\s+of\s+(day|month|year)\s*$", re.I)
-_WEEKDAY = re.compile(r"^\s*weekday\s+([0-6])\s*$", re.I)
 _UNIT_SUFFIX = re.compile(r"^\s+(day|hour|minute|second)s?\s*$", re.I)
-_DATE_TEXT = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?$")
 _STRFTIME = {"Y": "%Y", "m": "%m", "d": "%d", "H": "%H", "M": "%i", "S": "%s", "j": "%j", "w": "%w"}
 _DATE_FORMATS = {"date": "%Y-%m-%d", "time": "%H:%i:%s", "datetime": "%Y-%m-%d %H:%i:%s"}
 _JD_2000_MS = 211_813_444_800_000
@@ -50,55 +54,40 @@ def _diff(unit: str, since: str, ts: exp.Expr) -> exp.Expr:
 
 def convert_anonymous(node: exp.Anonymous) -> exp.Expr | None:
     """The MySQL form of a SQLite function sqlglot keeps anonymous (None: not one of ours)."""
-    name = node.name.lower()
-    args = list(node.expressions)
-    if name in ("date", "time", "datetime", "julianday", "unixepoch"):
-        ts = timestamp(args[0] if args else exp.Literal.string("now"), args[1:])
-        if name == "julianday":  # as SQLite computes it: integer ms / 86400000.0
-            ms = exp.IntDiv(
-                this=_diff("MICROSECOND", "2000-01-01", ts), expression=exp.Literal.number(1000)
-            )
-            total = exp.Add(this=ms, expression=exp.Literal.number(_JD_2000_MS))
-            return exp.Div(
-                this=exp.Paren(this=total), expression=exp.Literal.number("86400000.0E0")
-            )
-        if name == "unixepoch":
-            return _diff("SECOND", "1970-01-01", ts)
-        return date_format(ts, _DATE_FORMATS[name])
-    if name == "strftime":
-        if len(args) < 2:
-            raise TranspileError("strftime() needs a format and a time value")
-        fmt = literal_text(args[0], "the strftime format")
-        return _strftime(fmt, timestamp(args[1], args[2:]))
-    if name in ("printf", "format"):
-        if not args:
-            raise TranspileError(f"{name}() needs a format")
-        return _printf(literal_text(args[0], f"the {name} format"), args[1:])
-    if name == "total":
-        if len(args) != 1 or isinstance(node.parent, exp.Window):
-            raise TranspileError("total() is only translated as a plain aggregate")
-        return as_double(
-            exp.Coalesce(this=exp.Sum(this=args[0]), expressions=[exp.Literal.number(0)])
-        )
-    if name == "iif" and len(args) == 3:
+    new = convert_function(
+        node,
+        timestamp=timestamp,
+        time_function=_time_function,
+        strftime=_strftime,
+        printf=_printf,
+        total=as_double,
+    )
+    args = node.expressions
+    if new is None and node.name.lower() == "iif" and len(args) == 3:
         return exp.If(this=args[0], true=args[1], false=args[2])
-    return None
+    return new
+
+
+def _time_function(name: str, ts: exp.Expr) -> exp.Expr:
+    if name == "julianday":  # as SQLite computes it: integer ms / 86400000.0
+        ms = exp.IntDiv(
+            this=_diff("MICROSECOND", "2000-01-01", ts), expression=exp.Literal.number(1000)
+        )
+        total = exp.Add(this=ms, expression=exp.Literal.number(_JD_2000_MS))
+        return exp.Div(this=exp.Paren(this=total), expression=exp.Literal.number("86400000.0E0"))
+    if name == "unixepoch":
+        return _diff("SECOND", "1970-01-01", ts)
+    return date_format(ts, _DATE_FORMATS[name])
 
 
 def timestamp(value: exp.Expr, modifiers: Sequence[exp.Expr]) -> exp.Expr:
     """A SQLite time value and its modifiers as a MySQL DATETIME(6) (UTC, as SQLite)."""
-    if isinstance(value, exp.Literal) and value.is_string:
-        text = str(value.this).strip()
-        if text.lower() == "now":
-            ts: exp.Expr = utc_now()
-        elif _DATE_TEXT.match(text):
-            ts = cast_to(value, "DATETIME(6)")
-        else:
-            raise TranspileError(f"time value {text!r} is not a date both engines read alike")
-    elif isinstance(value, (exp.Literal, exp.Neg)) or value.meta.get(KIND) in ("integer", "real"):
-        raise TranspileError("numeric time values (Julian days, unix times) are not translated")
-    else:
-        ts = cast_to(value, "DATETIME(6)")
+    ts = time_value(
+        value,
+        now=utc_now,
+        cast=lambda v: cast_to(v, "DATETIME(6)"),
+        numeric=value.meta.get(KIND) in ("integer", "real"),
+    )
     for modifier in modifiers:
         ts = _modify(ts, modifier)
     return ts
@@ -114,39 +103,41 @@ def _modify(ts: exp.Expr, modifier: exp.Expr) -> exp.Expr:
     if not (isinstance(modifier, exp.Literal) and modifier.is_string):
         return _computed_modifier(ts, modifier)
     text = str(modifier.this)
-    step, months = _MODIFIER.match(text), _MONTHS.match(text)
-    start, weekday = _START_OF.match(text), _WEEKDAY.match(text)
-    if step:
-        unit = _UNITS[step.group(2).lower()]
-        number = float(step.group(1))
+    read = read_modifier(text)
+    if read is None:
+        raise TranspileError(
+            f"date modifier {text!r} is not translated (fractional months and years, "
+            "localtime, utc, unixepoch, subsec are SQLite's own)"
+        )
+    return _apply_modifier(ts, read)
+
+
+def _apply_modifier(ts: exp.Expr, read: DateModifier) -> exp.Expr:
+    if read.kind == "step":
+        number = float(read.amount)
         if number.is_integer():
-            return exp.Add(this=ts, expression=_interval(exp.Literal.number(int(number)), unit))
-        micro = round(number * _MICROSECONDS[unit])
+            return exp.Add(
+                this=ts, expression=_interval(exp.Literal.number(int(number)), read.unit)
+            )
+        micro = round(number * _MICROSECONDS[read.unit])
         return exp.Add(this=ts, expression=_interval(exp.Literal.number(micro), "MICROSECOND"))
-    if months:
-        count = int(months.group(1)) * (12 if months.group(2).lower() == "year" else 1)
-        return _add_months(ts, exp.Literal.number(count))
-    if start:
-        unit = start.group(1).lower()
-        if unit == "day":
+    if read.kind == "months":
+        return _add_months(ts, exp.Literal.number(int(read.amount)))
+    if read.kind == "start of":
+        if read.unit == "DAY":
             return cast_to(func_call("DATE", ts), "DATETIME(6)")
-        return cast_to(
-            date_format(ts, "%Y-%m-01" if unit == "month" else "%Y-01-01"), "DATETIME(6)"
-        )
-    if weekday:  # the next date (today included) whose weekday is N (0 = Sunday)
-        shift = func_call(
-            "MOD",
-            exp.Sub(
-                this=exp.Literal.number(int(weekday.group(1)) + 8),
-                expression=func_call("DAYOFWEEK", ts.copy()),
-            ),
-            exp.Literal.number(7),
-        )
-        return exp.Add(this=ts, expression=_interval(shift, "DAY"))
-    raise TranspileError(
-        f"date modifier {text!r} is not translated (fractional months and years, "
-        "localtime, utc, unixepoch, subsec are SQLite's own)"
+        first = "%Y-%m-01" if read.unit == "MONTH" else "%Y-01-01"
+        return cast_to(date_format(ts, first), "DATETIME(6)")
+    # weekday: the next date (today included) whose weekday is N (0 = Sunday)
+    shift = func_call(
+        "MOD",
+        exp.Sub(
+            this=exp.Literal.number(int(read.amount) + 8),
+            expression=func_call("DAYOFWEEK", ts.copy()),
+        ),
+        exp.Literal.number(7),
     )
+    return exp.Add(this=ts, expression=_interval(shift, "DAY"))
 
 
 def _computed_modifier(ts: exp.Expr, modifier: exp.Expr) -> exp.Expr:
@@ -199,119 +190,80 @@ def _strftime(fmt: str, ts: exp.Expr) -> exp.Expr:
             pieces.append(date_format(ts.copy(), "".join(pattern)))
             pattern.clear()
 
-    i = 0
-    while i < len(fmt):
-        if fmt[i] != "%":
-            pattern.append(fmt[i])
-        elif i + 1 == len(fmt):
-            raise TranspileError(f"strftime format {fmt!r} ends in %")
-        else:
-            i += 1
-            spec = fmt[i]
-            if spec == "%":
-                pattern.append("%%")
-            elif spec in _STRFTIME:
-                pattern.append(_STRFTIME[spec])
-            elif spec == "f":  # seconds with milliseconds: SS.SSS
-                flush()
-                millis = func_call(
-                    "LPAD",
-                    func_call(
-                        "FLOOR",
-                        exp.Div(
-                            this=func_call("MICROSECOND", ts.copy()),
-                            expression=exp.Literal.number(1000),
-                        ),
+    for conversion, spec in strftime_parts(fmt):
+        if not conversion:
+            pattern.append("%%" if spec == "%" else spec)
+        elif spec in _STRFTIME:
+            pattern.append(_STRFTIME[spec])
+        elif spec == "f":  # seconds with milliseconds: SS.SSS
+            flush()
+            millis = func_call(
+                "LPAD",
+                func_call(
+                    "FLOOR",
+                    exp.Div(
+                        this=func_call("MICROSECOND", ts.copy()),
+                        expression=exp.Literal.number(1000),
                     ),
-                    exp.Literal.number(3),
-                    exp.Literal.string("0"),
+                ),
+                exp.Literal.number(3),
+                exp.Literal.string("0"),
+            )
+            pieces.append(
+                exp.Concat(
+                    expressions=[date_format(ts.copy(), "%s"), exp.Literal.string("."), millis]
                 )
-                pieces.append(
-                    exp.Concat(
-                        expressions=[date_format(ts.copy(), "%s"), exp.Literal.string("."), millis]
-                    )
-                )
-            elif spec == "s":
-                flush()
-                pieces.append(cast_to(_diff("SECOND", "1970-01-01", ts.copy()), "CHAR"))
-            elif spec == "W":  # week of the year, weeks starting on Monday (WEEK mode 5)
-                flush()
-                week = func_call("WEEK", ts.copy(), exp.Literal.number(5))
-                pieces.append(
-                    func_call("LPAD", week, exp.Literal.number(2), exp.Literal.string("0"))
-                )
-            else:
-                raise TranspileError(f"strftime %{spec} is not translated")
-        i += 1
+            )
+        elif spec == "s":
+            flush()
+            pieces.append(cast_to(_diff("SECOND", "1970-01-01", ts.copy()), "CHAR"))
+        elif spec == "W":  # week of the year, weeks starting on Monday (WEEK mode 5)
+            flush()
+            week = func_call("WEEK", ts.copy(), exp.Literal.number(5))
+            pieces.append(func_call("LPAD", week, exp.Literal.number(2), exp.Literal.string("0")))
+        else:
+            raise TranspileError(f"strftime %{spec} is not translated")
     flush()
+    return _concat(pieces)
+
+
+def _concat(pieces: Sequence[exp.Expr]) -> exp.Expr:
     if not pieces:
         return exp.Literal.string("")
-    return pieces[0] if len(pieces) == 1 else exp.Concat(expressions=pieces)
-
-
-_PRINTF_SPEC = re.compile(r"%([-0,]*)(\d*)(?:\.(\d+))?([disf%])")
+    return pieces[0] if len(pieces) == 1 else exp.Concat(expressions=list(pieces))
 
 
 def _printf(fmt: str, args: Sequence[exp.Expr]) -> exp.Expr:
-    """printf's common conversions: %d %i %s %f with width, ``0`` and ``-`` flags,
-    precision and the ``,`` thousands separator; NULL prints as 0 or '' as in SQLite."""
-    pieces: list[exp.Expr] = []
-    pos = used = 0
-    for m in _PRINTF_SPEC.finditer(fmt):
-        if "%" in fmt[pos : m.start()]:
-            raise TranspileError(f"printf format {fmt!r} has a conversion that is not translated")
-        if m.start() > pos:
-            pieces.append(exp.Literal.string(fmt[pos : m.start()]))
-        pos = m.end()
-        flags, width, precision, conv = m.groups()
-        if conv == "%":
-            pieces.append(exp.Literal.string("%"))
-            continue
-        if used == len(args):
-            raise TranspileError(f"printf format {fmt!r} has more conversions than arguments")
-        arg = args[used].copy()
-        used += 1
-        text: exp.Expr
-        if conv == "s":
-            if args[used - 1].meta.get(KIND) == "real":
-                raise TranspileError("printf %s of a REAL prints it differently in MySQL")
-            text = exp.Coalesce(this=cast_to(arg, "CHAR"), expressions=[exp.Literal.string("")])
+    """printf as `printf_pieces` reads it; NULL prints as 0 or '' as in SQLite."""
+    return _concat(printf_pieces(fmt, args, _printf_conversion))
+
+
+def _printf_conversion(spec: PrintfSpec, value: exp.Expr) -> exp.Expr:
+    arg = value.copy()
+    text: exp.Expr
+    if spec.conv == "s":
+        if value.meta.get(KIND) == "real":
+            raise TranspileError("printf %s of a REAL prints it differently in MySQL")
+        text = exp.Coalesce(this=cast_to(arg, "CHAR"), expressions=[exp.Literal.string("")])
+    else:
+        number = exp.Coalesce(this=arg, expressions=[exp.Literal.number(0)])
+        if spec.conv == "f":
+            decimals = int(spec.precision) if spec.precision is not None else 6
+            text = cast_to(cast_to(number, f"DECIMAL(65, {min(decimals, 30)})"), "CHAR")
+            if "," in spec.flags:
+                text = func_call("FORMAT", number.copy(), exp.Literal.number(decimals))
         else:
-            number = exp.Coalesce(this=arg, expressions=[exp.Literal.number(0)])
-            if conv == "f":
-                decimals = int(precision) if precision is not None else 6
-                text = cast_to(cast_to(number, f"DECIMAL(65, {min(decimals, 30)})"), "CHAR")
-                if "," in flags:
-                    text = func_call("FORMAT", number.copy(), exp.Literal.number(decimals))
-            else:
-                whole = cast_to(func_call("TRUNCATE", number, exp.Literal.number(0)), "SIGNED")
-                text = (
-                    func_call("FORMAT", whole, exp.Literal.number(0))
-                    if "," in flags
-                    else cast_to(whole, "CHAR")
-                )
-        if width and "0" in flags and "-" not in flags and conv != "s":
-            size = func_call(
-                "GREATEST", exp.Literal.number(int(width)), exp.Length(this=text.copy())
+            whole = cast_to(func_call("TRUNCATE", number, exp.Literal.number(0)), "SIGNED")
+            text = (
+                func_call("FORMAT", whole, exp.Literal.number(0))
+                if "," in spec.flags
+                else cast_to(whole, "CHAR")
             )
-            text = func_call("LPAD", text, size, exp.Literal.string("0"))
-        elif width:
-            size = func_call(
-                "GREATEST", exp.Literal.number(int(width)), exp.Length(this=text.copy())
-            )
-            text = func_call(
-                "RPAD" if "-" in flags else "LPAD", text, size, exp.Literal.string(" ")
-            )
-        pieces.append(text)
-    if "%" in fmt[pos:]:
-        raise TranspileError(f"printf format {fmt!r} has a conversion that is not translated")
-    if fmt[pos:]:
-        pieces.append(exp.Literal.string(fmt[pos:]))
-    if used != len(args):
-        raise TranspileError(f"printf format {fmt!r} does not use all its arguments")
-    if not pieces:
-        return exp.Literal.string("")
-    return pieces[0] if len(pieces) == 1 else exp.Concat(expressions=pieces)
+    if spec.zero_padded:
+        return pad(text, spec.width, "0")
+    if spec.width:
+        return pad(text, spec.width, " ", "RPAD" if "-" in spec.flags else "LPAD")
+    return text
 
 
 def sqlite_real_text(value: float) -> str | None:

@@ -1,6 +1,7 @@
-"""Query shapes MySQL wants otherwise: output aliases in WHERE, columns an aggregate query
-shows without grouping them, ordered aggregates over subqueries, LIMIT in IN subqueries,
-unnamed derived tables, recursive CTE column widths, WITH before INSERT."""
+"""Query shapes MySQL wants otherwise: columns an aggregate query shows without grouping
+them, ordered aggregates over subqueries, LIMIT in IN subqueries, recursive CTE column
+widths, WITH before INSERT (output aliases in WHERE and unnamed derived tables are
+`birdrl.dialects.rewrite`'s, shared with PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from birdrl.dialects.carry import TranspileError
 from birdrl.dialects.mysql.transpile.common import cast_to
 from birdrl.dialects.mysql.transpile.types import Typer
 from birdrl.dialects.mysql.transpile.values import kind_of
+from birdrl.dialects.rewrite import from_sources, min_of_bare_columns
 
 __all__ = [
     "aggregate_bare_columns",
     "flatten_ordered_aggregate",
-    "inline_aliases",
     "limit_in_subquery",
     "move_insert_with",
-    "name_derived_tables",
     "widen_recursive_anchor",
 ]
 
@@ -43,36 +43,6 @@ def widen_recursive_anchor(cte: exp.CTE) -> None:
             value.replace(cast_to(value.copy(), "CHAR(16383)"))
         elif kind == "integer" and not isinstance(value, exp.Cast):
             value.replace(cast_to(value.copy(), "SIGNED"))
-
-
-def inline_aliases(select: exp.Select) -> None:
-    """SQLite lets WHERE (and expressions in HAVING and ORDER BY) use an output alias; MySQL
-    refuses it in WHERE and where the alias is an aggregate: such a reference becomes the
-    aliased expression. A name also used as a column in the projections is a column."""
-    aliases = {
-        p.alias: p.this
-        for p in select.expressions
-        if isinstance(p, exp.Alias)
-        and not (isinstance(p.this, exp.Column) and p.this.name == p.alias)
-    }
-    if not aliases:
-        return
-    used = {c.name for p in select.expressions for c in p.find_all(exp.Column)}
-    places = [select.args.get("where"), select.args.get("having")]
-    order = select.args.get("order")
-    places += [
-        o for o in (order.expressions if order else []) if not isinstance(o.this, exp.Column)
-    ]
-    for place in places:
-        for column in list(place.find_all(exp.Column)) if place is not None else []:
-            if not column.table and column.name in aliases and column.name not in used:
-                column.replace(exp.Paren(this=aliases[column.name].copy()))
-
-
-def _sources(select: exp.Select) -> list[exp.Expr]:
-    first = select.args.get("from_") or select.args.get("from")
-    items = [first.this] if first is not None else []
-    return items + [j.this for j in select.args.get("joins") or []]
 
 
 def _belongs_to(node: exp.Expr, select: exp.Select, *stops: type[exp.Expr]) -> bool:
@@ -103,7 +73,7 @@ def aggregate_bare_columns(select: exp.Select, typer: Typer) -> None:
     if not keys_list and not aggregates:
         return
     lone = len(aggregates) == 1 and isinstance(aggregates[0], (exp.Min, exp.Max))
-    sources = {s.alias_or_name: s for s in _sources(select)}
+    sources = {s.alias_or_name: s for s in from_sources(select)}
     keys = {k.sql(dialect="mysql") for k in keys_list}
     key_names = {k.name for k in keys_list if isinstance(k, exp.Column)}
     grouped: dict[str, set[str]] = {}
@@ -144,23 +114,7 @@ def aggregate_bare_columns(select: exp.Select, typer: Typer) -> None:
             )
         return True
 
-    outputs = set()
-    for i, projection in enumerate(select.expressions):
-        outputs.add(projection.alias_or_name)
-        if i in positions or projection.alias_or_name in key_names:
-            continue  # grouped by its position or its output name
-        if isinstance(projection, exp.Column) and bare(projection):
-            projection.replace(exp.alias_(exp.Min(this=projection.copy()), projection.name))
-            continue
-        for column in list(projection.find_all(exp.Column)):
-            if bare(column):
-                column.replace(exp.Min(this=column.copy()))
-    order = select.args.get("order")
-    after = [*(order.expressions if order else []), select.args.get("having")]
-    for key in [k for k in after if k is not None]:  # ORDER BY and HAVING
-        for column in list(key.find_all(exp.Column)):
-            if (column.table or column.name not in outputs) and bare(column):
-                column.replace(exp.Min(this=column.copy()))
+    min_of_bare_columns(select, bare, positions=positions, key_names=key_names, having=True)
 
 
 def flatten_ordered_aggregate(select: exp.Select) -> None:
@@ -168,7 +122,7 @@ def flatten_ordered_aggregate(select: exp.Select) -> None:
     aggregates in the subquery's order; MySQL drops that ORDER BY, and refuses a derived
     table that reads the outer query. Aggregating over the subquery's own FROM, with
     ``GROUP_CONCAT(x ORDER BY k)``, keeps both."""
-    sources = _sources(select)
+    sources = from_sources(select)
     if len(sources) != 1 or not isinstance(sources[0], exp.Subquery) or select.args.get("joins"):
         return
     derived = sources[0]
@@ -234,15 +188,6 @@ def _simple(select: exp.Select) -> bool:
 def _alias_columns_of(node: exp.Expr) -> list[str]:
     alias = node.args.get("alias")
     return [c.name for c in alias.columns] if isinstance(alias, exp.TableAlias) else []
-
-
-def name_derived_tables(tree: exp.Expr) -> None:
-    """MySQL wants every derived table named."""
-    n = 0
-    for sub in list(tree.find_all(exp.Subquery)):
-        if isinstance(sub.parent, (exp.From, exp.Join)) and not sub.alias:
-            n += 1
-            sub.set("alias", exp.TableAlias(this=exp.to_identifier(f"_sub{n}")))
 
 
 def limit_in_subquery(node: exp.Expr) -> None:

@@ -14,15 +14,16 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from sqlglot import exp
 
+from birdrl.dialects.affinity import KINDS_HELD, kind_of_rows, numeric_affinity
 from birdrl.dialects.carry import TranspileError, parse_sqlite
+from birdrl.dialects.loading import open_sqlite, quote_sqlite
 from birdrl.dialects.mysql.transpile.common import kind_of_declared
 from birdrl.dialects.mysql.transpile.types import KEYS, Schema, Typer
 
-__all__ = ["SQLiteColumn", "extend_schema", "open_sqlite", "read_columns", "read_schema"]
+__all__ = ["SQLiteColumn", "extend_schema", "read_columns", "read_schema"]
 
 
 @dataclass(frozen=True)
@@ -42,19 +43,6 @@ class SQLiteColumn:
     """PRAGMA table_xinfo's hidden: 2 or 3 for a generated column."""
     longest: int
     """The longest value: characters for text, bytes for blobs (0 otherwise)."""
-
-
-def quote_sqlite(name: str) -> str:
-    """An SQLite identifier, quoted for SQLite."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def open_sqlite(path: str | Path) -> sqlite3.Connection:
-    """A read-only connection to the SQLite file `path` (FileNotFoundError if absent)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"SQLite database not found: {path}")
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
 
 
 def read_columns(src: sqlite3.Connection, table: str) -> list[SQLiteColumn]:
@@ -83,34 +71,19 @@ def read_columns(src: sqlite3.Connection, table: str) -> list[SQLiteColumn]:
 
 
 def _column_kind(declared: str, held: set[str], where: str) -> str:
-    upper = declared.upper()
     try:
         kind = kind_of_declared(declared)
     except TranspileError:  # no declared type: the rows decide
-        kind = _kind_of_rows(held, where)
-    numeric_affinity = not any(k in upper for k in ("INT", "CHAR", "CLOB", "TEXT", "BLOB"))
-    numeric_affinity &= not any(k in upper for k in ("REAL", "FLOA", "DOUB"))
-    if numeric_affinity and held and held <= {"integer", "real"}:
-        kind = _kind_of_rows(held, where)
-    allowed = {"integer": {"integer"}, "real": {"integer", "real"}}.get(kind, {kind})
+        kind = kind_of_rows(held, where, "MySQL")
+    if numeric_affinity(declared) and held and held <= {"integer", "real"}:
+        kind = kind_of_rows(held, where, "MySQL")
+    allowed = KINDS_HELD[kind]
     if held - allowed:
         raise TranspileError(
             f"column {where} (declared {declared or 'without a type'}) holds "
             f"{', '.join(sorted(held - allowed))} values, which a MySQL {kind} column cannot"
         )
     return kind
-
-
-def _kind_of_rows(held: set[str], where: str) -> str:
-    if not held or held == {"text"}:
-        return "text"
-    if held == {"blob"}:
-        return "blob"
-    if held <= {"integer", "real"}:
-        return "integer" if held == {"integer"} else "real"
-    raise TranspileError(
-        f"column {where} mixes {', '.join(sorted(held))} values: no MySQL type holds them all"
-    )
 
 
 def read_schema(path: str | Path) -> dict[str, dict[str, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from birdrl.dialects import rewrite
 from birdrl.dialects.carry import TranspileError, check_sqlite_functions, glob_regex
 from birdrl.dialects.mysql.transpile.common import (
     BINARY_COLLATION,
@@ -22,10 +23,8 @@ from birdrl.dialects.mysql.transpile.functions import convert_anonymous
 from birdrl.dialects.mysql.transpile.queries import (
     aggregate_bare_columns,
     flatten_ordered_aggregate,
-    inline_aliases,
     limit_in_subquery,
     move_insert_with,
-    name_derived_tables,
     widen_recursive_anchor,
 )
 from birdrl.dialects.mysql.transpile.tables import column_def, create_table, insert, references
@@ -50,51 +49,11 @@ from birdrl.dialects.mysql.transpile.values import (
 __all__ = ["convert_tree"]
 
 _MAX_LIMIT = "18446744073709551615"  # MySQL's "no limit"
-_SQLITE_ONLY_FUNCTIONS = frozenset(
-    {
-        "changes",
-        "char",
-        "date",
-        "datetime",
-        "format",
-        "glob",
-        "iif",
-        "json_array_length",
-        "json_each",
-        "json_extract",
-        "json_group_object",
-        "json_insert",
-        "json_patch",
-        "json_quote",
-        "json_remove",
-        "json_replace",
-        "json_set",
-        "json_tree",
-        "json_type",
-        "json_valid",
-        "julianday",
-        "last_insert_rowid",
-        "likelihood",
-        "likely",
-        "load_extension",
-        "printf",
-        "quote",
-        "random",
-        "randomblob",
-        "soundex",
-        "sqlite_version",
-        "strftime",
-        "time",
-        "timediff",
-        "total",
-        "total_changes",
-        "typeof",
-        "unhex",
-        "unixepoch",
-        "unlikely",
-        "zeroblob",
-    }
-)
+_SQLITE_ONLY_FUNCTIONS = rewrite.SQLITE_ONLY_FUNCTIONS | {
+    "json_extract",
+    "random",
+    "sqlite_version",
+}
 _REFUSED_NODES: dict[type[exp.Expr], str] = {
     exp.Pragma: "PRAGMA has no MySQL meaning",
     exp.Typeof: "typeof() is SQLite's storage class; MySQL has none",
@@ -122,9 +81,6 @@ def convert_tree(tree: exp.Expr, typer: Typer) -> exp.Expr:
 
 
 def _refuse_sqlite_only(tree: exp.Expr) -> None:
-    if isinstance(tree, exp.Command):
-        words = f"{tree.name} {tree.expression.name if tree.expression else ''}".split()
-        raise TranspileError(f"SQLite-only or unsupported statement: {' '.join(words[:3])} ...")
     if isinstance(tree, (exp.Update, exp.Delete)) and tree.args.get("with_") is not None:
         raise TranspileError("MariaDB has no WITH clause for UPDATE and DELETE")
     if isinstance(tree, exp.Update) and tree.args.get("returning") is not None:
@@ -140,29 +96,15 @@ def _refuse_sqlite_only(tree: exp.Expr) -> None:
         )
         if temporary and tree.kind == "VIEW":
             raise TranspileError("MySQL has no temporary views")
-    for node in tree.walk():
-        reason = _REFUSED_NODES.get(type(node))
-        if reason:
-            raise TranspileError(reason)
-        if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
-            raise TranspileError(f"table-valued function {node.this.name}() is SQLite-only")
-        if isinstance(node, exp.Table) and node.name.lower().startswith("sqlite_"):
-            raise TranspileError(f"SQLite catalog table {node.name} has no MySQL meaning")
-        if isinstance(node, exp.Column) and node.name.lower() in {"rowid", "_rowid_", "oid"}:
-            raise TranspileError(f"{node.name} (SQLite's rowid) has no MySQL equivalent")
-        if isinstance(node, exp.Anonymous) and node.name.lower().startswith(("pragma_", "sqlite_")):
-            raise TranspileError(f"{node.name}() is SQLite-only")
-        if isinstance(node, exp.Insert) and node.args.get("alternative") not in (
-            None,
-            "IGNORE",
-            "REPLACE",
-            "ABORT",
-        ):
-            raise TranspileError(f"INSERT OR {node.args['alternative']} has no MySQL form")
-        if isinstance(node, exp.Join) and (node.side or "").upper() == "FULL":
-            raise TranspileError("MySQL has no FULL OUTER JOIN")
-        if isinstance(node, exp.Create) and node.kind == "INDEX":
-            _refuse_index(node)
+    rewrite.refuse_sqlite_only(tree, "MySQL", _REFUSED_NODES, _refuse_node)
+
+
+def _refuse_node(node: exp.Expr) -> None:
+    rewrite.refuse_insert_or(node, ("IGNORE", "REPLACE", "ABORT"), "MySQL form")
+    if isinstance(node, exp.Join) and (node.side or "").upper() == "FULL":
+        raise TranspileError("MySQL has no FULL OUTER JOIN")
+    if isinstance(node, exp.Create) and node.kind == "INDEX":
+        _refuse_index(node)
 
 
 def _refuse_index(create: exp.Create) -> None:
@@ -181,20 +123,13 @@ def _refuse_index(create: exp.Create) -> None:
 
 def _refuse_leftovers(tree: exp.Expr) -> None:
     """After rewriting: a SQLite function left over would fail, or mean something else."""
-    for node in tree.walk():
-        if isinstance(node, exp.Anonymous) and node.name.lower() in _SQLITE_ONLY_FUNCTIONS:
-            raise TranspileError(f"{node.name}() has no supported MySQL translation")
-        if isinstance(node, exp.Glob):
-            raise TranspileError("GLOB with a non-literal pattern is not translated")
-        if isinstance(node, exp.Collate) and node.expression.name not in (
-            BINARY_COLLATION,
-            NOCASE_COLLATION,
-        ):
-            raise TranspileError(
-                f"COLLATE {node.expression.sql()} is only translated in comparisons and ORDER BY"
-            )
-        if isinstance(node, exp.Filter):
-            raise TranspileError("FILTER (WHERE ...) is only translated on plain aggregates")
+    rewrite.refuse_leftovers(
+        tree,
+        "MySQL",
+        _SQLITE_ONLY_FUNCTIONS,
+        collations=(BINARY_COLLATION, NOCASE_COLLATION),
+        refused={exp.Filter: "FILTER (WHERE ...) is only translated on plain aggregates"},
+    )
 
 
 # ---------------------------------------------------------------------------- rewrites
@@ -204,23 +139,13 @@ def _rewrite(tree: exp.Expr, typer: Typer) -> exp.Expr:
     """Every meaning-preserving rewrite, children before their parents."""
     for ident in tree.find_all(exp.Identifier):
         normalise_identifier(ident)
-    for node in reversed(list(tree.walk(bfs=False))):
-        parent, key, index = node.parent, node.arg_key, node.index
-        new = _rewrite_one(node)  # may wrap `node`, which then has a new parent
-        if new is None or new is node:
-            continue
-        for key_ in (KIND, ARITH, AFFINITY):
-            new.meta.setdefault(key_, node.meta.get(key_))
-        if parent is None or key is None:
-            tree = new
-        else:
-            parent.set(key, new, index)
+    tree = rewrite.rewrite_bottom_up(tree, _rewrite_one, (KIND, ARITH, AFFINITY))
     for select in list(tree.find_all(exp.Select)):
         flatten_ordered_aggregate(select)
     for select in list(tree.find_all(exp.Select)):
-        inline_aliases(select)
+        rewrite.inline_aliases(select)
         aggregate_bare_columns(select, typer)
-    name_derived_tables(tree)
+    rewrite.name_derived_tables(tree)
     for node in list(tree.find_all(exp.In, exp.Any, exp.All)):
         limit_in_subquery(node)
     if isinstance(tree, exp.Insert) and tree.args.get("with_") is not None:

@@ -10,7 +10,6 @@ from sqlglot import exp
 from birdrl.dialects.carry import TranspileError
 from birdrl.dialects.mysql.transpile.common import (
     BINARY_COLLATION,
-    COMPARISONS,
     NOCASE_COLLATION,
     as_double,
     cast_to,
@@ -19,6 +18,7 @@ from birdrl.dialects.mysql.transpile.common import (
 )
 from birdrl.dialects.mysql.transpile.functions import sqlite_real_text
 from birdrl.dialects.mysql.transpile.types import AFFINITY, ARITH, KIND
+from birdrl.dialects.rewrite import collate_nocase
 
 __all__ = [
     "arith_of",
@@ -189,22 +189,12 @@ def in_list(node: exp.In) -> exp.Expr | None:
 
 
 def collate(node: exp.Collate) -> exp.Expr:
+    """The loaded columns' own collations are kept; SQLite's as `rewrite.collate_nocase`
+    (BINARY: the columns already compare code points)."""
     collation = node.expression.name.upper()
     if collation in (BINARY_COLLATION.upper(), NOCASE_COLLATION.upper()):
         return node
-    if collation == "BINARY":
-        return node.this  # the columns already compare code points
-    if collation != "NOCASE":
-        raise TranspileError(f"COLLATE {collation} has no MySQL equivalent")
-    parent = node.parent
-    if isinstance(parent, exp.Ordered):
-        return exp.Lower(this=node.this)
-    if isinstance(parent, COMPARISONS):
-        other = parent.expression if node is parent.this else parent.this
-        if not isinstance(other, exp.Lower):
-            other.replace(exp.Lower(this=other.copy()))
-        return exp.Lower(this=node.this)
-    raise TranspileError("COLLATE NOCASE is only translated in comparisons and ORDER BY")
+    return collate_nocase(node, "MySQL")
 
 
 def sqlite_round(node: exp.Round) -> exp.Expr:

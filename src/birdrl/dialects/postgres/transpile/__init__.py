@@ -32,8 +32,10 @@ server is the caller's job (`birdrl.evaluation.dialects`).
 Layout: `common` (the error, names, types, builders), `sql` (parse, refuse, rewrite trees),
 `functions` (SQLite functions by name), `statements` (statements, conditions, expressions,
 triggers: what the loader uses), `testcases` (test-case sources); tasks here. What every
-target dialect shares (parsing SQLite, reading triggers, walking test-case sources,
-carrying task fields) is `birdrl.dialects.carry`.
+target dialect shares is neutral: `birdrl.dialects.carry` (parsing SQLite, reading
+triggers, walking test-case sources, carrying task fields), `birdrl.dialects.rewrite` (the
+refusals, the walk, query shapes), `birdrl.dialects.sqlite_functions` (SQLite's functions
+read) and `birdrl.dialects.affinity` (declared types).
 """
 
 from __future__ import annotations

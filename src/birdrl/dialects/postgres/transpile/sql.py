@@ -6,11 +6,10 @@ from __future__ import annotations
 import re
 
 from sqlglot import exp
-from sqlglot.errors import ErrorLevel, SqlglotError
 
+from birdrl.dialects import rewrite
 from birdrl.dialects.carry import glob_regex
 from birdrl.dialects.postgres.transpile.common import (
-    COMPARISONS,
     CONDITIONS,
     DOUBLE_PRECISION,
     NUMERIC_CONTEXT,
@@ -29,10 +28,7 @@ from birdrl.dialects.postgres.transpile.functions import convert_anonymous
 
 
 def render_postgres(tree: exp.Expr) -> str:
-    try:
-        return tree.sql(dialect="postgres", unsupported_level=ErrorLevel.RAISE)
-    except SqlglotError as exc:
-        raise TranspileError(f"sqlglot cannot render it for PostgreSQL: {exc}") from exc
+    return rewrite.render(tree, "postgres", "PostgreSQL")
 
 
 def convert_tree(tree: exp.Expr) -> exp.Expr:
@@ -44,51 +40,7 @@ def convert_tree(tree: exp.Expr) -> exp.Expr:
 
 # ---------------------------------------------------------------------------- refusals
 
-_SQLITE_ONLY_FUNCTIONS = frozenset(
-    {
-        "changes",
-        "char",
-        "date",
-        "datetime",
-        "format",
-        "glob",
-        "iif",
-        "ifnull",
-        "instr",
-        "json_array_length",
-        "json_each",
-        "json_group_object",
-        "json_insert",
-        "json_patch",
-        "json_quote",
-        "json_remove",
-        "json_replace",
-        "json_set",
-        "json_tree",
-        "json_type",
-        "json_valid",
-        "julianday",
-        "last_insert_rowid",
-        "likelihood",
-        "likely",
-        "load_extension",
-        "printf",
-        "quote",
-        "randomblob",
-        "soundex",
-        "strftime",
-        "time",
-        "timediff",
-        "total",
-        "total_changes",
-        "typeof",
-        "unhex",
-        "unicode",
-        "unixepoch",
-        "unlikely",
-        "zeroblob",
-    }
-)
+_SQLITE_ONLY_FUNCTIONS = rewrite.SQLITE_ONLY_FUNCTIONS | {"ifnull", "instr", "unicode"}
 _REFUSED_NODES: dict[type[exp.Expr], str] = {
     exp.Pragma: "PRAGMA has no PostgreSQL meaning",
     exp.Typeof: "typeof() is SQLite's storage class; PostgreSQL has none",
@@ -98,42 +50,16 @@ _REFUSED_NODES: dict[type[exp.Expr], str] = {
 
 
 def _refuse_sqlite_only(tree: exp.Expr) -> None:
-    if isinstance(tree, exp.Command):
-        words = f"{tree.name} {tree.expression.name if tree.expression else ''}".split()
-        raise TranspileError(f"SQLite-only or unsupported statement: {' '.join(words[:3])} ...")
-    for node in tree.walk():
-        reason = _REFUSED_NODES.get(type(node))
-        if reason:
-            raise TranspileError(reason)
-        if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
-            raise TranspileError(f"table-valued function {node.this.name}() is SQLite-only")
-        if isinstance(node, exp.Table) and node.name.lower().startswith("sqlite_"):
-            raise TranspileError(f"SQLite catalog table {node.name} has no PostgreSQL meaning")
-        if isinstance(node, exp.Column) and node.name.lower() in {"rowid", "_rowid_", "oid"}:
-            raise TranspileError(f"{node.name} (SQLite's rowid) has no PostgreSQL equivalent")
-        if isinstance(node, exp.Anonymous) and node.name.lower().startswith(("pragma_", "sqlite_")):
-            raise TranspileError(f"{node.name}() is SQLite-only")
-        if isinstance(node, exp.Insert) and node.args.get("alternative") not in (
-            None,
-            "IGNORE",
-            "ABORT",
-        ):
-            raise TranspileError(
-                f"INSERT OR {node.args['alternative']} has no faithful PostgreSQL form"
-            )
+    rewrite.refuse_sqlite_only(tree, "PostgreSQL", _REFUSED_NODES, _refuse_insert_or)
+
+
+def _refuse_insert_or(node: exp.Expr) -> None:
+    rewrite.refuse_insert_or(node, ("IGNORE", "ABORT"), "faithful PostgreSQL form")
 
 
 def _refuse_leftovers(tree: exp.Expr) -> None:
     """After rewriting: a SQLite function left over would fail, or mean something else."""
-    for node in tree.walk():
-        if isinstance(node, exp.Anonymous) and node.name.lower() in _SQLITE_ONLY_FUNCTIONS:
-            raise TranspileError(f"{node.name}() has no supported PostgreSQL translation")
-        if isinstance(node, exp.Glob):
-            raise TranspileError("GLOB with a non-literal pattern is not translated")
-        if isinstance(node, exp.Collate):
-            raise TranspileError(
-                f"COLLATE {node.expression.sql()} is only translated in comparisons and ORDER BY"
-            )
+    rewrite.refuse_leftovers(tree, "PostgreSQL", _SQLITE_ONLY_FUNCTIONS)
 
 
 # ---------------------------------------------------------------------------- rewrites
@@ -143,26 +69,14 @@ def _rewrite(tree: exp.Expr) -> exp.Expr:
     """Every meaning-preserving rewrite, children before their parents."""
     for ident in tree.find_all(exp.Identifier):
         normalise_identifier(ident)
-    for node in reversed(list(tree.walk(bfs=False))):
-        parent, key, index = node.parent, node.arg_key, node.index
-        new = _rewrite_node(node)  # may wrap `node`, which then has a new parent
-        if new is None or new is node:
-            continue
-        if parent is None or key is None:
-            tree = new
-        else:
-            parent.set(key, new, index)
+    tree = rewrite.rewrite_bottom_up(tree, _rewrite_node)
     for node in list(tree.walk()):
         _fix_conditions(node)
     ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
     for select in list(tree.find_all(exp.Select)):
-        _inline_aliases(select)
+        rewrite.inline_aliases(select)
         _aggregate_bare_columns(select, ctes)
-    n = 0
-    for sub in list(tree.find_all(exp.Subquery)):  # PostgreSQL < 16 wants them named
-        if isinstance(sub.parent, (exp.From, exp.Join)) and not sub.alias:
-            n += 1
-            sub.set("alias", exp.TableAlias(this=exp.to_identifier(f"_sub{n}")))
+    rewrite.name_derived_tables(tree)
     return tree
 
 
@@ -282,36 +196,6 @@ def _numeric_operands(node: exp.Binary) -> None:
             operand.replace(cast_to(operand.copy(), "BIGINT" if digits else "NUMERIC"))
 
 
-def _sources(select: exp.Select) -> list[exp.Expr]:
-    first = select.args.get("from_") or select.args.get("from")
-    items = [first.this] if first is not None else []
-    return items + [j.this for j in select.args.get("joins") or []]
-
-
-def _inline_aliases(select: exp.Select) -> None:
-    """SQLite lets WHERE and HAVING (and expressions in ORDER BY) use an output alias;
-    PostgreSQL does not: such a reference becomes the aliased expression. A name also used
-    as a column inside the projections is taken to be a column, as SQLite would."""
-    aliases = {
-        p.alias: p.this
-        for p in select.expressions
-        if isinstance(p, exp.Alias)
-        and not (isinstance(p.this, exp.Column) and p.this.name == p.alias)
-    }
-    if not aliases:
-        return
-    used = {c.name for p in select.expressions for c in p.find_all(exp.Column)}
-    places = [select.args.get("where"), select.args.get("having")]
-    order = select.args.get("order")
-    places += [
-        o for o in (order.expressions if order else []) if not isinstance(o.this, exp.Column)
-    ]
-    for place in places:
-        for column in list(place.find_all(exp.Column)) if place is not None else []:
-            if not column.table and column.name in aliases and column.name not in used:
-                column.replace(exp.Paren(this=aliases[column.name].copy()))
-
-
 def _aggregate_bare_columns(select: exp.Select, ctes: set[str]) -> None:
     """SQLite lets a GROUP BY query show columns it does not group by (from any row of the
     group). PostgreSQL accepts that only for a table whose primary key is grouped; where it
@@ -324,7 +208,7 @@ def _aggregate_bare_columns(select: exp.Select, ctes: set[str]) -> None:
     aggregates = [a for p in select.expressions for a in p.find_all(exp.AggFunc)]
     if len(aggregates) == 1 and isinstance(aggregates[0], (exp.Min, exp.Max)):
         return
-    sources = {s.alias_or_name: s for s in _sources(select)}
+    sources = {s.alias_or_name: s for s in rewrite.from_sources(select)}
     keys = {k.sql(dialect="postgres") for k in group.expressions}
     key_names = {k.name for k in group.expressions if isinstance(k, exp.Column)}
     grouped_tables = {k.table for k in group.expressions if isinstance(k, exp.Column)}
@@ -348,22 +232,7 @@ def _aggregate_bare_columns(select: exp.Select, ctes: set[str]) -> None:
             return refused(column.table)
         return len(sources) == 1 and refused(next(iter(sources)))
 
-    outputs = set()
-    for i, projection in enumerate(select.expressions):
-        outputs.add(projection.alias_or_name)
-        if i in positions or projection.alias_or_name in key_names:
-            continue  # grouped by its position or its output name
-        if isinstance(projection, exp.Column) and bare(projection):
-            projection.replace(exp.alias_(exp.Min(this=projection.copy()), projection.name))
-            continue
-        for column in list(projection.find_all(exp.Column)):
-            if bare(column):
-                column.replace(exp.Min(this=column.copy()))
-    order = select.args.get("order")
-    for key in order.expressions if order else []:
-        for column in list(key.find_all(exp.Column)):
-            if (column.table or column.name not in outputs) and bare(column):
-                column.replace(exp.Min(this=column.copy()))
+    rewrite.min_of_bare_columns(select, bare, positions=positions, key_names=key_names)
 
 
 def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expr:
@@ -411,20 +280,8 @@ def _rewrite_json(node: exp.Expr) -> exp.Expr:
 
 
 def _collate(node: exp.Collate) -> exp.Expr:
-    collation = node.expression.name.upper()
-    if collation == "BINARY":
-        return node.this  # PostgreSQL's C collation compares bytes, as BINARY does
-    if collation != "NOCASE":
-        raise TranspileError(f"COLLATE {collation} has no PostgreSQL equivalent")
-    parent = node.parent
-    if isinstance(parent, exp.Ordered):
-        return exp.Lower(this=node.this)
-    if isinstance(parent, COMPARISONS):
-        other = parent.expression if node is parent.this else parent.this
-        if not isinstance(other, exp.Lower):
-            other.replace(exp.Lower(this=other.copy()))
-        return exp.Lower(this=node.this)
-    raise TranspileError("COLLATE NOCASE is only translated in comparisons and ORDER BY")
+    # PostgreSQL's C collation compares bytes, as BINARY does
+    return rewrite.collate_nocase(node, "PostgreSQL")
 
 
 def _scalar_min_max(node: exp.Least | exp.Greatest) -> exp.Expr:
