@@ -1,12 +1,12 @@
 """The database engine behind a `ReplicaPool`: what differs between SQLite files and
-PostgreSQL databases (templates, replicas, dirty detection, restore, the sandboxed
+server databases (PostgreSQL, MySQL: templates, replicas, dirty detection, restore, the sandboxed
 connection) behind one small interface, so the pool's leasing logic (partitions, traj_id
 registry, delayed release, TTL, lazy restore) is written once.
 
 A backend makes `BackendTemplate`s and `BackendReplica`s; the pool only ever calls the
 methods below, and everything above the pool (environment, evaluator, training) reaches a
-replica through `Lease.locator` (a file path for SQLite, a libpq conninfo for PostgreSQL)
-and `Lease.dialect`.
+replica through `Lease.locator` (a file path for SQLite, a connection string for a server
+engine) and `Lease.dialect`.
 """
 
 from __future__ import annotations

@@ -123,8 +123,9 @@ class Lease:
 
     @property
     def locator(self) -> str:
-        """Where the replica is (a file path for SQLite, a libpq conninfo for PostgreSQL):
-        hand it to trusted code (e.g. test cases) of this trajectory only."""
+        """Where the replica is (a file path for SQLite, a libpq conninfo for PostgreSQL, a
+        ``mysql://`` URI with the replica user's password for MySQL): hand it to trusted
+        code (e.g. test cases) of this trajectory only."""
         return self.replica.locator
 
     @property

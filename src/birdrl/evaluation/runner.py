@@ -54,9 +54,10 @@ class PhaseJob:
     """Reproduce the official namespace quirk (``datetime`` invisible inside test_case)."""
     dialect: str | Dialect = DEFAULT_DIALECT
     """A registered dialect (or its name); `db_path` is its replica locator (a database file
-    for ``"sqlite"``, the libpq conninfo of the replica database for ``"postgresql"``)."""
+    for ``"sqlite"``, the libpq conninfo of the replica database for ``"postgresql"``, a
+    ``mysql://`` URI for ``"mysql"``)."""
     efficiency: bool = False
-    """PostgreSQL only, as officially: tests receive ``(issue_sql, sql)`` as
+    """PostgreSQL and MySQL, as officially: tests receive ``(issue_sql, sql)`` as
     ``(pred_sqls, sol_sqls)``, so that ``performance_compare_by_qep(pred_sqls, sol_sqls, ...)``
     compares the issue SQL with the SQL under test. The official SQLite flow ignores it."""
     issue_sql: tuple[str, ...] = ()
