@@ -134,9 +134,14 @@ def test_the_fuzzer_catches_a_restore_that_forgets_triggers(
     drops them."""
     original = MySQLReplica._restore_objects
 
-    def forgetful(self: MySQLReplica, conn: object, dirty: set[tuple[str, str]]) -> int:
+    def forgetful(
+        self: MySQLReplica,
+        conn: object,
+        dirty: set[tuple[str, str]],
+        present: set[tuple[str, str]],
+    ) -> int:
         kept = {key for key in dirty if key[0] != "trigger"}
-        return original(self, conn, kept)
+        return original(self, conn, kept, present)
 
     monkeypatch.setattr(MySQLReplica, "_restore_objects", forgetful)
     with my.pool(tmp_path, replicas_per_db=2) as pool:

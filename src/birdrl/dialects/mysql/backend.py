@@ -99,22 +99,31 @@ class MySQLBackend:
         if "unix_socket" in params:
             self._where["unix_socket"] = params["unix_socket"]
         try:
-            self._admin = self.connect_admin()
+            self._admin = connect(admin_dsn)
         except Exception as exc:
             raise PoolConfigError(f"cannot connect to MySQL as admin ({admin_dsn}): {exc}") from exc
+        with self._admin.cursor() as cur:  # what the server is does not change: read it once
+            cur.execute("SELECT @@version_comment, VERSION(), @@GLOBAL.performance_schema")
+            comment, version, counters = cur.fetchone()
+        self._mysql8 = "mariadb" not in f"{comment} {version}".lower()
+        self.write_counters = bool(int(counters))
+        """The server keeps per-table write counters (performance_schema, a start-up option);
+        without them dirty detection reads ``CHECKSUM TABLE``."""
+        self._prepare(self._admin)
         self.user_host = "%"
 
     # -- admin connections ------------------------------------------------------------------
 
-    def connect_admin(self, database: str | None = None) -> Any:
+    def connect_admin(self) -> Any:
         """A new autocommit admin connection (trusted work only)."""
-        extra = {"database": database} if database else {}
-        conn = connect(self.admin_dsn, **extra)
-        with conn.cursor() as cur:  # MySQL 8 caches information_schema statistics
-            cur.execute("SELECT @@version_comment, VERSION()")
-            if "mariadb" not in " ".join(map(str, cur.fetchone() or ())).lower():
-                cur.execute("SET SESSION information_schema_stats_expiry = 0")
+        conn = connect(self.admin_dsn)
+        self._prepare(conn)
         return conn
+
+    def _prepare(self, conn: Any) -> None:
+        if self._mysql8:  # MySQL 8 caches information_schema statistics
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION information_schema_stats_expiry = 0")
 
     def query(self, statement: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement on the shared admin connection (serialised; reconnects once)."""

@@ -201,15 +201,11 @@ def _error_code(exc: BaseException) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
-def write_counts(conn: Any, db: str) -> dict[str, int] | None:
+def write_counts(conn: Any, db: str) -> dict[str, int]:
     """Rows written per table of `db` since the server started, from performance_schema
     (``COUNT_WRITE``: inserts, updates, deletes, whichever session made them; reads do not
-    count); None where the server runs without performance_schema."""
+    count). Only on a server running performance_schema (`MySQLBackend.write_counters`)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.performance_schema")
-        row = cur.fetchone()
-        if not row or not int(row[0]):
-            return None
         cur.execute(
             "SELECT OBJECT_NAME, COUNT_WRITE FROM"
             " performance_schema.table_io_waits_summary_by_table"

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from birdrl.db.errors import PoolError, RestoreError, TemplateError
 from birdrl.db.iostats import IOStats
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MySQLReplica", "MySQLTemplate"]
 
+_K = TypeVar("_K")
 _DEFINER = re.compile(r"DEFINER=`(?:[^`]|``)*`@`(?:[^`]|``)*`")
 _COPY_MODE = "NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION"
 """sql_mode while copying rows: keeps zero ids and values strict mode would refuse."""
@@ -87,7 +89,7 @@ class MySQLTemplate:
                 )
                 charset, collation = cur.fetchone()
                 objects = _read_objects(cur, dbname, state)
-            writes = write_counts(conn, dbname)
+            writes = write_counts(conn, dbname) if backend.write_counters else None
         return cls(db_id, dbname, charset, collation, objects, state, writes, backend)
 
     def identity(self) -> dict[str, Any]:
@@ -168,9 +170,26 @@ def _analyze(conn: Any, db: str, tables: list[str]) -> bool:
     return True
 
 
+def _differ(a: Mapping[_K, object], b: Mapping[_K, object]) -> set[_K]:
+    """Keys whose values differ, or that only one side has."""
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def _observe(conn: Any, db: str, counters: bool) -> _Clean | None:
+    """The state of database `db` that dirty detection compares (None: no such database):
+    its objects, and the server's write counters or, without them, table checksums."""
+    state = object_state(conn, db)
+    if state is None:
+        return None
+    if counters:
+        return _Clean(state, write_counts(conn, db))
+    return _Clean(state, None, checksums(conn, db, tables_of(state)))
+
+
 @dataclass
 class _Clean:
-    """A replica's state right after its restore: what must stay equal."""
+    """A replica's observed state (`_observe`); the one recorded right after its restore
+    is what must stay equal."""
 
     state: dict[ObjectKey, str]
     writes: dict[str, int] | None
@@ -219,6 +238,8 @@ class MySQLReplica:
         self.objects_restored = 0
         self._clean: _Clean | None = None
         self._dirty: set[ObjectKey] | None = None
+        self._present: set[ObjectKey] = set()
+        """The dirty objects the replica had when `changed` looked (what restore drops)."""
 
     @property
     def template(self) -> MySQLTemplate:
@@ -290,29 +311,20 @@ class MySQLReplica:
         if not settled or leftover_xa:
             return None
         with backend.connect_admin() as conn:
-            now = object_state(conn, self.dbname)
-            if now is None:
-                return None
-            writes = write_counts(conn, self.dbname)
-            checks = checksums(conn, self.dbname, tables_of(now)) if writes is None else None
-        dirty = {k for k in now.keys() | clean.state.keys() if now.get(k) != clean.state.get(k)}
-        if writes is not None and clean.writes is not None:
-            moved = {
-                t
-                for t in writes.keys() | clean.writes.keys()
-                if writes.get(t) != clean.writes.get(t)
-            }
-        elif checks is not None and clean.checks is not None:
-            moved = {
-                t
-                for t in checks.keys() | clean.checks.keys()
-                if checks.get(t) != clean.checks.get(t)
-            }
+            now = _observe(conn, self.dbname, backend.write_counters)
+        if now is None:
+            return None
+        dirty = _differ(now.state, clean.state)
+        if now.writes is not None and clean.writes is not None:
+            moved = _differ(now.writes, clean.writes)
+        elif now.checks is not None and clean.checks is not None:
+            moved = _differ(now.checks, clean.checks)
         else:
             return None
         dirty |= {("table", t) for t in moved}
         if DATABASE in dirty:
             return None
+        self._present = {key for key in dirty if key in now.state}
         if repaired and not dirty:
             return set()  # the user was put back; the database itself is clean
         return dirty
@@ -325,6 +337,7 @@ class MySQLReplica:
         import pymysql
 
         dirty, self._dirty = self._dirty, None
+        present, self._present = self._present, set()
         whole = dirty is None or self.backend.scope == "database" or category == "provision"
         self._clean = None
         self.state_path.unlink(missing_ok=True)
@@ -337,7 +350,7 @@ class MySQLReplica:
                     written = self._clone_database(conn)
                 else:
                     assert dirty is not None
-                    written = self._restore_objects(conn, dirty)
+                    written = self._restore_objects(conn, dirty, present)
                 op.add(read=written, written=written)
                 clean = self._record(conn)
         except pymysql.err.Error as exc:
@@ -347,29 +360,27 @@ class MySQLReplica:
         self.restores += 1
 
     def _record(self, conn: Any) -> _Clean:
-        state = object_state(conn, self.dbname)
-        if state is None:
+        clean = _observe(conn, self.dbname, self.backend.write_counters)
+        if clean is None:
             raise RestoreError(f"replica database {self.dbname!r} vanished right after its restore")
-        writes = write_counts(conn, self.dbname)
-        checks = checksums(conn, self.dbname, tables_of(state)) if writes is None else None
-        return _Clean(state, writes, checks)
+        return clean
 
     def _clone_database(self, conn: Any) -> int:
         self.objects_restored += len(self._template.objects)
         definer = f"{quote(self.user)}@{quote(self.backend.user_host)}"
         return clone_database(conn, self._template, self.dbname, definer)
 
-    def _restore_objects(self, conn: Any, dirty: set[ObjectKey]) -> int:
-        """Drop the dirty objects the replica has, then create the template's versions of
-        them, plus the template's triggers of every re-created table."""
+    def _restore_objects(self, conn: Any, dirty: set[ObjectKey], present: set[ObjectKey]) -> int:
+        """Drop the dirty objects the replica has (`present`: as `changed` saw it; no one
+        used the replica since), then create the template's versions of them, plus the
+        template's triggers of every re-created table."""
         tpl = self._template
-        current = object_state(conn, self.dbname) or {}
         with conn.cursor() as cur:
             cur.execute(f"USE {quote(self.dbname)}")
             cur.execute("SET SESSION foreign_key_checks = 0")
             for kind in ("trigger", "view", "procedure", "function", "event", "table"):
                 for k, name in sorted(dirty):
-                    if k == kind and (k, name) in current:
+                    if k == kind and (k, name) in present:
                         cur.execute(f"DROP {kind.upper()} IF EXISTS {quote(name)}")
         tables = {n for k, n in dirty if k == "table" and (k, n) in tpl.objects}
         wanted = {key for key in dirty if key in tpl.objects}
