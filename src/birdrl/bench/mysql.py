@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.bench.replay import ServerCopyRunner
-from birdrl.bench.workload import Trajectory
+from birdrl.bench.workload import Trajectory, translated
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects.mysql.backend import MySQLBackend
@@ -33,18 +33,10 @@ _SCOPES = {"my-recopy": "database", "my-lazy": "database", "my-lazy-table": "tab
 
 
 def my_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
-    """The SQLite-written workload in MySQL (`birdrl.dialects.mysql.transpile`), so the my-*
-    strategies replay the same reads and writes; a statement with no translation is kept
-    as it is (it then fails on the server and is reported as an SQL error)."""
+    """The workload in MySQL (`birdrl.dialects.mysql.transpile`, see `translated`)."""
     from birdrl.dialects.mysql.transpile import TranspileError, transpile_sql
 
-    def one(sql_text: str) -> str:
-        try:
-            return transpile_sql(sql_text)
-        except TranspileError:
-            return sql_text
-
-    return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
+    return translated(workload, transpile_sql, TranspileError)
 
 
 class MyCopyRunner(ServerCopyRunner):

@@ -10,7 +10,6 @@ counters of our threads stay near zero for these strategies.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from psycopg import sql
 
 from birdrl.bench.replay import ServerCopyRunner
-from birdrl.bench.workload import Trajectory
+from birdrl.bench.workload import Trajectory, translated
 from birdrl.db.iostats import IOStats
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects.postgres.backend import PostgresBackend
@@ -31,18 +30,10 @@ __all__ = ["PGBench", "PGCopyRunner", "pg_workload", "postgres_bench"]
 
 
 def pg_workload(workload: Sequence[Trajectory]) -> list[Trajectory]:
-    """The SQLite-written workload in PostgreSQL (`birdrl.dialects.postgres.transpile`), so the pg-*
-    strategies replay the same reads and writes; a statement with no translation is kept
-    as it is (it then fails on the server and is reported as an SQL error)."""
+    """The workload in PostgreSQL (`birdrl.dialects.postgres.transpile`, see `translated`)."""
     from birdrl.dialects.postgres.transpile import TranspileError, transpile_sql
 
-    def one(sql_text: str) -> str:
-        try:
-            return transpile_sql(sql_text)
-        except TranspileError:
-            return sql_text
-
-    return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
+    return translated(workload, transpile_sql, TranspileError)
 
 
 class PGCopyRunner(ServerCopyRunner):

@@ -11,6 +11,7 @@ means a trajectory was given a replica that a previous trajectory had changed.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from birdrl.bench.synth import TemplateInfo
 
-__all__ = ["MUTATIONS", "READS", "Trajectory", "build_workload"]
+__all__ = ["MUTATIONS", "READS", "Trajectory", "build_workload", "translated"]
 
 
 @dataclass(frozen=True)
@@ -219,3 +220,21 @@ def build_workload(
                 statements.insert(rng.randint(1, len(statements)), make(rng, info))
         out.append(Trajectory(index, db_id, tuple(statements), mutating))
     return out
+
+
+def translated(
+    workload: Sequence[Trajectory],
+    translate: Callable[[str], str],
+    untranslatable: type[Exception],
+) -> list[Trajectory]:
+    """The SQLite-written workload in another engine's SQL, so its strategies replay the
+    same reads and writes; a statement `translate` refuses (`untranslatable`) is kept as it
+    is (it then fails on the server and is reported as an SQL error)."""
+
+    def one(sql_text: str) -> str:
+        try:
+            return translate(sql_text)
+        except untranslatable:
+            return sql_text
+
+    return [dataclasses.replace(t, statements=tuple(map(one, t.statements))) for t in workload]
