@@ -34,6 +34,7 @@ __all__ = [
     "fingerprint",
     "object_state",
     "quote",
+    "schema_defaults",
     "write_counts",
 ]
 
@@ -148,7 +149,8 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _schema_row(cur: Any, db: str) -> tuple[Any, ...] | None:
+def schema_defaults(cur: Any, db: str) -> tuple[Any, ...] | None:
+    """(character set, collation) of database `db`, None if there is no such database."""
     cur.execute(
         "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM"
         " information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
@@ -164,7 +166,7 @@ def object_state(conn: Any, db: str) -> dict[ObjectKey, str] | None:
     ``information_schema`` queries, whatever the number of tables)."""
     parts: dict[ObjectKey, list[str]] = defaultdict(list)
     with conn.cursor() as cur:
-        schema = _schema_row(cur, db)
+        schema = schema_defaults(cur, db)
         if schema is None:
             return None
         parts[DATABASE].append(repr(schema))

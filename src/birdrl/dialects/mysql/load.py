@@ -53,6 +53,7 @@ from birdrl.dialects.loading import (
     rows_query,
 )
 from birdrl.dialects.mysql.dsn import connect, with_database
+from birdrl.dialects.mysql.inspect import quote
 from birdrl.dialects.mysql.transpile import BINARY_COLLATION, my_identifier
 from birdrl.dialects.mysql.transpile.database import (
     DatabasePlan,
@@ -135,10 +136,6 @@ def schema_sql(sqlite_path: str | Path) -> str:
 # ------------------------------------------------------------------------------ the load
 
 
-def _quote_db(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _account(grant_to: str) -> str:
     """``user`` or ``user@host`` as a MySQL account (``'user'@'host'``; any host by default)."""
     user, _, host = grant_to.partition("@")
@@ -184,12 +181,12 @@ def load_sqlite_database(
                             f"database {dbname} exists and was not loaded by birdrl "
                             "(pass replace=True to drop it)"
                         )
-                    _run(admin, f"DROP DATABASE {_quote_db(dbname)}", f"drop {dbname}")
+                    _run(admin, f"DROP DATABASE {quote(dbname)}", f"drop {dbname}")
                 report = _load(admin, admin_dsn, sqlite_path, dbname, digest, marker)
             if grant_to is not None:
                 _run(
                     admin,
-                    f"GRANT SELECT, SHOW VIEW ON {_quote_db(dbname)}.* TO {_account(grant_to)}",
+                    f"GRANT SELECT, SHOW VIEW ON {quote(dbname)}.* TO {_account(grant_to)}",
                     f"grant read access on {dbname} to {grant_to}",
                 )
             return report
@@ -243,7 +240,7 @@ def _load(
         loading = f"{_MARK} loading {digest}"
         _run(
             admin,
-            f"CREATE DATABASE {_quote_db(dbname)} CHARACTER SET utf8mb4 COLLATE "
+            f"CREATE DATABASE {quote(dbname)} CHARACTER SET utf8mb4 COLLATE "
             f"{BINARY_COLLATION} COMMENT '{loading}'",
             f"create database {dbname}",
         )
@@ -254,9 +251,9 @@ def _load(
             finally:
                 conn.close()
             comment = marker.replace("\\", "\\\\").replace("'", "''")
-            _run(admin, f"ALTER DATABASE {_quote_db(dbname)} COMMENT '{comment}'", "mark it")
+            _run(admin, f"ALTER DATABASE {quote(dbname)} COMMENT '{comment}'", "mark it")
         except BaseException:
-            _run(admin, f"DROP DATABASE IF EXISTS {_quote_db(dbname)}", f"drop {dbname}")
+            _run(admin, f"DROP DATABASE IF EXISTS {quote(dbname)}", f"drop {dbname}")
             raise
         return report
     finally:

@@ -22,6 +22,7 @@ from birdrl.dialects.mysql.inspect import (
     describe,
     object_state,
     quote,
+    schema_defaults,
     tables_of,
     write_counts,
 )
@@ -82,12 +83,10 @@ class MySQLTemplate:
                     f"template database {dbname!r} has events; replicas cannot copy scheduled work"
                 )
             with conn.cursor() as cur:
-                cur.execute(
-                    "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME"
-                    " FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-                    (dbname,),
-                )
-                charset, collation = cur.fetchone()
+                defaults = schema_defaults(cur, dbname)
+                if defaults is None:
+                    raise TemplateError(f"template database {dbname!r} vanished while opened")
+                charset, collation = defaults
                 objects = _read_objects(cur, dbname, state)
             writes = write_counts(conn, dbname) if backend.write_counters else None
         return cls(db_id, dbname, charset, collation, objects, state, writes, backend)
