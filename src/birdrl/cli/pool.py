@@ -21,7 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from birdrl.bench.config import BACKEND_STRATEGIES, baseline_of, server_engine
+from birdrl.bench.config import BACKEND_STRATEGIES, BASELINE, baseline_of, server_engine
 from birdrl.bench.run import (
     BenchConfig,
     BenchProgress,
@@ -368,8 +368,8 @@ def render_bench(result: BenchResult, console: Console) -> None:
             f"in {', '.join(f'{s.setup_s:.1f}' for s in pools)} s; replica files {_gb(pools[0].disk_bytes)} on disk",
             highlight=False,
         )
-    if any(s.name == "copy-per-rollout" for s in result.strategies):
-        peak = result.strategy("copy-per-rollout").disk_bytes
+    if any(s.name == BASELINE for s in result.strategies):
+        peak = result.strategy(BASELINE).disk_bytes
         console.print(f"copy-per-rollout: peak {_gb(peak)} of copies in flight", highlight=False)
     console.print(f"total {result.total_s:.1f} s", highlight=False)
 
