@@ -150,27 +150,23 @@ def mariadb() -> Iterator[LocalMariaDB]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def pg_bundled_test(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
-    """The bundled test split transpiled to PostgreSQL, loaded and validated once per session
-    (several modules score it)."""
+def _bundled_test(dialect: str, dsn: str) -> Iterator[DialectRun]:
+    """The bundled test split transpiled to `dialect` on the server at `dsn`, loaded and
+    validated (once per session: several modules score it)."""
     from birdrl.evaluation.dialects import open_dialect
     from birdrl.evaluation.evaluator import EvalConfig
     from birdrl.tasks.benchmark import open_benchmark
 
     bench = open_benchmark("bundled:test")
-    with open_dialect(bench, "postgresql", EvalConfig(workers=2), dsn=pg_cluster.dsn) as run:
+    with open_dialect(bench, dialect, EvalConfig(workers=2), dsn=dsn) as run:
         yield run
+
+
+@pytest.fixture(scope="session")
+def pg_bundled_test(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
+    yield from _bundled_test("postgresql", pg_cluster.dsn)
 
 
 @pytest.fixture(scope="session")
 def my_bundled_test(mariadb: LocalMariaDB) -> Iterator[DialectRun]:
-    """The bundled test split transpiled to MySQL, loaded and validated once per session
-    (several modules score it)."""
-    from birdrl.evaluation.dialects import open_dialect
-    from birdrl.evaluation.evaluator import EvalConfig
-    from birdrl.tasks.benchmark import open_benchmark
-
-    bench = open_benchmark("bundled:test")
-    with open_dialect(bench, "mysql", EvalConfig(workers=2), dsn=mariadb.dsn) as run:
-        yield run
+    yield from _bundled_test("mysql", mariadb.dsn)
