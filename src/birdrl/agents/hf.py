@@ -1,11 +1,5 @@
-"""A local Hugging Face causal LM as an `Agent`: chat template, left-padded batches,
-greedy or seeded sampling, and the tool-call text protocol.
-
-Tools reach the model through the tokenizer's chat template when the template renders
-them (Qwen2.5, Llama 3.1, ...). Templates that ignore tools or the ``tool`` role (SmolLM2,
-for one) get the fallback: the tool specs go into the system message as JSON with an
-instruction to answer with ``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, and
-``tool`` messages become user messages wrapped in ``<tool_response>...</tool_response>``.
+"""A local Hugging Face causal LM as an `Agent`: chat template (`birdrl.agents.chat`),
+left-padded batches, greedy or seeded sampling, and the tool-call text protocol.
 
 torch and transformers are imported when an agent is built, not when this module is:
 ``import birdrl.agents.hf`` works on the core install and the constructor raises
@@ -14,13 +8,13 @@ torch and transformers are imported when an agent is built, not when this module
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
+from birdrl.agents.chat import ChatFormat, context_length_of, fallback_tool_messages
 from birdrl.agents.models import (
     EMBEDDED_ALIASES,
     EMBEDDED_MODEL,
@@ -33,55 +27,10 @@ from birdrl.env.types import Message
 __all__ = ["ContextOverflowError", "HFAgent", "fallback_tool_messages"]
 
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
-_PROBE_TOOL = "birdrl_probe_tool_7f3a"
-_PROBE_RESPONSE = "birdrl_probe_response_7f3a"
-
-TOOL_INSTRUCTIONS = """# Tools
-
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
-<tools>
-{tools}
-</tools>
-
-For each function call, return a json object with function name and arguments within \
-<tool_call></tool_call> XML tags:
-<tool_call>
-{{"name": <function-name>, "arguments": <args-json-object>}}
-</tool_call>"""
-"""Appended to the system message when the chat template cannot render tools itself."""
 
 
 class ContextOverflowError(ModelError):
     """A prompt does not fit the model's context window."""
-
-
-def fallback_tool_messages(
-    messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None
-) -> list[Message]:
-    """`messages` rewritten for a chat template that knows neither tools nor the ``tool``
-    role: tool specs as JSON in the system message, tool results as user messages wrapped
-    in ``<tool_response>`` tags (consecutive results merged into one message)."""
-    out: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        content = str(message.get("content") or "")
-        if role == "tool":
-            block = f"<tool_response>\n{content}\n</tool_response>"
-            if out and out[-1].get("_tool_results"):
-                out[-1]["content"] += "\n" + block
-            else:
-                out.append({"role": "user", "content": block, "_tool_results": True})
-        else:
-            out.append({"role": role, "content": content})
-    if tools:
-        spec = TOOL_INSTRUCTIONS.format(tools="\n".join(json.dumps(t) for t in tools))
-        if out and out[0]["role"] == "system":
-            out[0]["content"] = f"{out[0]['content']}\n\n{spec}"
-        else:
-            out.insert(0, {"role": "system", "content": spec})
-    return [{"role": m["role"], "content": m["content"]} for m in out]
 
 
 class HFAgent:
@@ -168,7 +117,7 @@ class HFAgent:
         self.device = next(model.parameters()).device
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        self._native_tools = self._template_renders_tools()
+        self.chat = ChatFormat(tokenizer)
         self._rng: torch.Generator | None = None
         if self.generation.seed is not None:
             self._rng = torch.Generator().manual_seed(self.generation.seed)
@@ -176,41 +125,24 @@ class HFAgent:
     @property
     def context_length(self) -> int | None:
         """The model's context window (``max_position_embeddings``), if its config says."""
-        config = self.model.config
-        value = getattr(config, "max_position_embeddings", None)
-        if value is None and hasattr(config, "get_text_config"):
-            value = getattr(config.get_text_config(), "max_position_embeddings", None)
-        return int(value) if value is not None else None
+        return context_length_of(self.model.config)
 
     @property
     def native_tools(self) -> bool:
         """Whether the chat template renders tools itself (else the fallback is used)."""
-        return self._native_tools
+        return self.chat.native_tools
 
     def render(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
     ) -> str:
         """The prompt text the model sees for `messages`, ending with the assistant header."""
-        if self._native_tools:
-            return str(
-                self.tokenizer.apply_chat_template(
-                    [dict(m) for m in messages],
-                    tools=list(tools) if tools else None,
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
-            )
-        return str(
-            self.tokenizer.apply_chat_template(
-                fallback_tool_messages(messages, tools), add_generation_prompt=True, tokenize=False
-            )
-        )
+        return self.chat.render(messages, tools)
 
     def count_tokens(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
     ) -> int:
         """Length in tokens of the chat-templated prompt (what `generate` feeds the model)."""
-        return len(self._encode(self.render(messages, tools)))
+        return len(self.chat.prompt_ids(messages, tools))
 
     def generate(
         self,
@@ -219,7 +151,7 @@ class HFAgent:
     ) -> list[str]:
         """One assistant text per conversation, in order (new tokens only, special tokens
         skipped). Raises `ContextOverflowError` when a prompt fills the context window."""
-        prompts = [self._encode(self.render(c, tools)) for c in conversations]
+        prompts = [self.chat.prompt_ids(c, tools) for c in conversations]
         limit = self.context_length
         for i, ids in enumerate(prompts):
             if limit is not None and len(ids) >= limit:
@@ -236,10 +168,6 @@ class HFAgent:
             for i, text in zip(chunk, texts, strict=True):
                 out[i] = text
         return out
-
-    def _encode(self, text: str) -> list[int]:
-        # The chat template already wrote any BOS the model needs.
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _generate_batch(self, prompts: list[list[int]]) -> list[str]:
         import torch
@@ -279,31 +207,6 @@ class HFAgent:
                 output = self.model.generate(**kwargs)
         new_tokens = output[:, width:]
         return [str(t) for t in self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)]
-
-    def _template_renders_tools(self) -> bool:
-        """Whether the chat template renders tool specs and ``tool`` messages itself."""
-        from jinja2 import TemplateError
-
-        probe = {
-            "type": "function",
-            "function": {
-                "name": _PROBE_TOOL,
-                "description": "probe",
-                "parameters": {"type": "object", "properties": {}},
-            },
-        }
-        messages = [
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": "ok"},
-            {"role": "tool", "name": _PROBE_TOOL, "content": _PROBE_RESPONSE},
-        ]
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, tools=[probe], add_generation_prompt=True, tokenize=False
-            )
-        except (TemplateError, ValueError, TypeError, KeyError):
-            return False
-        return _PROBE_TOOL in text and _PROBE_RESPONSE in text
 
 
 def _pick_device(device: str) -> Any:
