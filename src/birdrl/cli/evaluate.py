@@ -17,7 +17,7 @@ from rich.table import Table
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import check_rollout_config, evaluate_agent
-from birdrl.agents.registry import AGENT_SPECS, make_agent, token_counter_for
+from birdrl.agents.registry import AGENT_SPECS, closing_agent, make_agent, token_counter_for
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.dialects import get_dialect
@@ -219,8 +219,10 @@ def _score_run(
     check_scorable(run.tasks)  # before a model or the predictions load, for either source
     if agent is not None and rollout is not None:
         generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
-        runner = make_agent(agent, mode=mode, generation=generation)
-        with progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance:
+        with (
+            closing_agent(make_agent(agent, mode=mode, generation=generation)) as runner,
+            progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance,
+        ):
             outcome = evaluate_agent(
                 run.tasks,
                 run.databases,
