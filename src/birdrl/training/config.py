@@ -20,6 +20,7 @@ from typing import Any
 from birdrl.errors import BirdrlError
 
 __all__ = [
+    "GENERATION_ENGINES",
     "ConfigError",
     "CurriculumConfig",
     "EvalSettings",
@@ -36,6 +37,15 @@ __all__ = [
 
 class ConfigError(BirdrlError, ValueError):
     """A preset or override that does not fit the configuration schema."""
+
+
+GENERATION_ENGINES = ("auto", "hf", "vllm")
+"""The values of ``generation_engine``."""
+RENAMED = {
+    "use_vllm": 'use_vllm was replaced by generation_engine: generation_engine = "vllm" '
+    '(or "hf", or "auto": vLLM when installed)',
+}
+"""Settings that no longer exist, and what replaced them (said instead of "unknown")."""
 
 
 @dataclass(frozen=True)
@@ -163,18 +173,26 @@ class CurriculumConfig:
     dtype: str = "auto"
     """``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16``."""
     gradient_checkpointing: bool = False
-    bf16_generation: bool = False
-    """Generate in bfloat16: held-out evaluations load the model in bf16, GRPO rollouts run
-    under bf16 autocast; training stays in ``dtype``. On a CPU with AMX evaluations and
-    rollouts take about half the time (training in bf16 autocast learned less on the tiny
-    preset, so it is not offered here)."""
-    use_vllm: bool = False
-    """Generate with vLLM in GRPO stages (needs a GPU and the vllm package)."""
+    generation_engine: str = "auto"
+    """What generates held-out episodes and GRPO rollouts (`birdrl.training.generation`):
+    ``vllm`` (one vLLM engine for the whole run, CPU or GPU build), ``hf`` (transformers
+    ``generate``) or ``auto`` (vLLM when it is installed and the run is one process, else
+    ``hf``)."""
+    bf16_generation: bool | str = "auto"
+    """Generate in bfloat16: ``auto`` (only where the hardware computes bf16 natively: a
+    CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX; fp32 elsewhere, where bf16 is 30-70x
+    slower), ``true`` or ``false``. Training stays in ``dtype`` (bf16-autocast training
+    learned less on the tiny preset, so it is not offered here)."""
     vllm_mode: str = "colocate"
-    """``colocate`` (vLLM inside each training process) or ``server`` (a separate
-    ``trl vllm-serve`` process on other GPUs, at ``vllm_server_url``)."""
+    """``colocate`` (vLLM inside the training process: in a single process the run's one
+    engine, in a multi-process run TRL's engine per rank) or ``server`` (a separate ``trl
+    vllm-serve`` process on other GPUs, at ``vllm_server_url``)."""
     vllm_server_url: str | None = None
     """``server`` mode: the base URL of ``trl vllm-serve`` (default http://localhost:8000)."""
+    vllm_kv_cache_gib: int = 2
+    """The run's vLLM engine on a CPU: GiB of memory for its KV cache."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """vLLM colocated on a GPU: the share of GPU memory it takes (training needs the rest)."""
     report_to: str = "tensorboard"
     """TRL/transformers ``report_to`` (``none`` to disable)."""
     verify_clean_leases: bool = False
@@ -189,6 +207,19 @@ class CurriculumConfig:
     stage3: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(text2sql_ratio=3.0))
     stage4: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(beta=0.04))
     evaluation: EvalSettings = field(default_factory=EvalSettings)
+
+    def __post_init__(self) -> None:
+        if self.generation_engine not in GENERATION_ENGINES:
+            raise ConfigError(
+                f"generation_engine must be one of {', '.join(GENERATION_ENGINES)}, "
+                f"not {self.generation_engine!r}"
+            )
+        if isinstance(self.bf16_generation, str) and self.bf16_generation != "auto":
+            raise ConfigError(
+                f"bf16_generation must be auto, true or false, not {self.bf16_generation!r}"
+            )
+        if self.vllm_mode not in ("colocate", "server"):
+            raise ConfigError(f"vllm_mode must be colocate or server, not {self.vllm_mode!r}")
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -284,6 +315,8 @@ def _merge(obj: Any, data: dict[str, Any], where: str) -> Any:
     values = {}
     for name, value in data.items():
         key = f"{where}.{name}" if where else name
+        if name not in known and name in RENAMED and not where:
+            raise ConfigError(f"setting {key!r}: {RENAMED[name]}")
         if name not in known:
             raise ConfigError(f"unknown setting {key!r} (known here: {', '.join(sorted(known))})")
         # a partial table keeps the field's own defaults (stage4.beta stays 0.04)

@@ -14,7 +14,6 @@ a `Rollouts` object says how completions are produced and scored:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import shutil
@@ -22,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,7 +41,7 @@ from birdrl.training.common import (
     prepare_trainer,
     progress_callback,
 )
-from birdrl.training.config import ConfigError, CurriculumConfig, GRPOStageConfig
+from birdrl.training.config import CurriculumConfig, GRPOStageConfig
 from birdrl.training.diagnostics import (
     diagnostics_callback,
     summarize,
@@ -51,8 +50,9 @@ from birdrl.training.diagnostics import (
 )
 from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import EpisodeStats, ToolEnvSession
+from birdrl.training.generation import RunGeneration, plan_generation
 from birdrl.training.groups import group_log_callback
-from birdrl.training.models import autocast_generation, load_policy, load_tokenizer, use_cuda
+from birdrl.training.models import load_policy, load_tokenizer
 from birdrl.training.rewards import make_reward
 
 __all__ = [
@@ -83,32 +83,18 @@ def mix_text2sql(
     return mixed
 
 
-def _check_vllm() -> None:
-    """``use_vllm`` needs vLLM and a GPU; say so before TRL fails deep inside."""
-    if importlib.util.find_spec("vllm") is None or not use_cuda():
-        raise ConfigError(
-            "use_vllm = true needs the vllm package and a CUDA GPU "
-            f"({'vllm is not installed' if importlib.util.find_spec('vllm') is None else 'no GPU found'}); "
-            "install vllm on a GPU machine, or run with --set use_vllm=false (plain generate)"
-        )
-
-
 def _grpo_args(
-    config: CurriculumConfig, stage_config: GRPOStageConfig, out_dir: Path, multi_turn: bool
+    config: CurriculumConfig,
+    stage_config: GRPOStageConfig,
+    out_dir: Path,
+    multi_turn: bool,
+    generation: RunGeneration,
 ) -> Any:
     from trl import GRPOConfig
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = generation.grpo_args()
     if multi_turn:
         extra["max_tool_calling_iterations"] = stage_config.max_tool_calls
-    if config.use_vllm:
-        if config.vllm_mode not in ("colocate", "server"):
-            raise ConfigError(f"vllm_mode must be colocate or server, not {config.vllm_mode!r}")
-        if config.vllm_mode == "colocate":
-            _check_vllm()  # server mode generates in another process
-        extra.update(use_vllm=True, vllm_mode=config.vllm_mode)
-        if config.vllm_server_url:
-            extra["vllm_server_base_url"] = config.vllm_server_url
     return GRPOConfig(
         **common_args(config, out_dir, stage_config),
         num_generations=stage_config.num_generations,
@@ -280,7 +266,10 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer, notes = load_tokenizer(job.model_path)
     notes.insert(0, f"started from {job.model_path}")
-    args = _grpo_args(config, stage_config, out_dir, rollouts.multi_turn)
+    generation = job.generation or RunGeneration(
+        config, plan_generation(replace(config, generation_engine="hf"))
+    )
+    args = _grpo_args(config, stage_config, out_dir, rollouts.multi_turn, generation)
     used = {row["db_id"]: rollouts.databases[row["db_id"]] for row in job.rows}
     plan = rollouts.pool_plan(job)
     dist = dist_context()
@@ -294,15 +283,16 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
         worker_id=plan.worker_id,
     ) as (pool, evaluator):
         with rollouts.attach(job, pool, evaluator, notes) as inputs:
-            trainer = GRPOTrainer(
-                model=load_policy(job.model_path, config.dtype),
-                args=args,
-                train_dataset=Dataset.from_list(list(job.rows)),
-                processing_class=tokenizer,
-                peft_config=lora_config(config),
-                callbacks=[progress_callback(job.progress, f"stage {stage}")],
-                **inputs.trainer_kwargs,
-            )
+            with generation.building_trainer(job.model_path):
+                trainer = GRPOTrainer(
+                    model=load_policy(job.model_path, config.dtype),
+                    args=args,
+                    train_dataset=Dataset.from_list(list(job.rows)),
+                    processing_class=tokenizer,
+                    peft_config=lora_config(config),
+                    callbacks=[progress_callback(job.progress, f"stage {stage}")],
+                    **inputs.trainer_kwargs,
+                )
             diagnostics = diagnostics_callback(
                 trainer,
                 stage,
@@ -314,8 +304,11 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
             group_log_callback(
                 trainer, out_dir, job.rows, limit=stage_config.log_groups, notes=notes
             )
-            if config.bf16_generation:
-                autocast_generation(trainer.model)
+            generation.attach(trainer)
+            rollout_engine = generation.describe("rollouts")
+            notes.append(
+                f"rollouts generated by {rollout_engine['engine']} in {rollout_engine['dtype']}"
+            )
             prepare_trainer(trainer, job.on_trainer)
             if trainer.ref_model is not None:
                 notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")

