@@ -18,6 +18,7 @@ machine's CPU and its bf16 capability are printed with the table.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ from typing import Any
 
 ENGINES = ("hf-fp32", "hf-bf16", "vllm-fp32", "vllm-bf16")
 GROUP_PROMPTS, GROUP_SIZE = 4, 8
+GROUP_LABEL = f"group {GROUP_PROMPTS}x{GROUP_SIZE}"
 
 
 def _prompts(model: Path, n: int) -> list[list[int]]:
@@ -53,12 +55,23 @@ def _prompts(model: Path, n: int) -> list[list[int]]:
     return [openings[i % len(openings)] for i in range(n)]
 
 
-def _cases(model: Path, batches: list[int]) -> list[tuple[str, list[list[int]], bool]]:
+def _cases(model: Path, batches: list[int], group: bool) -> list[tuple[str, list[list[int]], bool]]:
     """(label, prompts, sampled) of each measured case."""
     cases = [(f"batch {b}", _prompts(model, b), False) for b in batches]
-    group = [p for p in _prompts(model, GROUP_PROMPTS) for _ in range(GROUP_SIZE)]
-    cases.append((f"group {GROUP_PROMPTS}x{GROUP_SIZE}", group, True))
+    if group:
+        prompts = [p for p in _prompts(model, GROUP_PROMPTS) for _ in range(GROUP_SIZE)]
+        cases.append((GROUP_LABEL, prompts, True))
     return cases
+
+
+def _case(label: str, seconds: float, generated: int) -> dict[str, float]:
+    """One measured case, also printed at once (a slow engine's early cases are not lost)."""
+    figures = {"seconds": seconds, "tokens": generated, "tok_s": generated / seconds}
+    print(
+        f"CASE {label}: {figures['tok_s']:.1f} tok/s ({generated} tokens in {seconds:.0f} s)",
+        flush=True,
+    )
+    return figures
 
 
 def _run_hf(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:
@@ -93,7 +106,7 @@ def _run_hf(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:
             )
         seconds = time.perf_counter() - t
         generated = (result.shape[1] - width) * len(prompts)
-        out[label] = {"seconds": seconds, "tokens": generated, "tok_s": generated / seconds}
+        out[label] = _case(label, seconds, generated)
     return {"load_s": load, "cases": out}
 
 
@@ -117,7 +130,8 @@ def _run_vllm(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any
         results = engine.generate(prompts, params)
         seconds = time.perf_counter() - t
         generated = sum(len(r.outputs[0].token_ids) for r in results)
-        out[label] = {"seconds": seconds, "tokens": generated, "tok_s": generated / seconds}
+        out[label] = _case(label, seconds, generated)
+    engine.close()
     return {"load_s": load, "cases": out}
 
 
@@ -126,7 +140,7 @@ def _child(args: argparse.Namespace) -> None:
 
     model = Path(resolve_model(args.model))
     kind, dtype = args.child.split("-")
-    cases = _cases(model, [int(b) for b in args.batches.split(",")])
+    cases = _cases(model, [int(b) for b in args.batches.split(",") if b], args.group)
     dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
     run = _run_hf if kind == "hf" else _run_vllm
     print("RESULT " + json.dumps(run(model, dtype, cases, args.tokens)), flush=True)
@@ -150,6 +164,9 @@ def main() -> None:
     parser.add_argument("--engines", default="hf-fp32,hf-bf16,vllm-fp32")
     parser.add_argument("--tokens", type=int, default=160)
     parser.add_argument("--batches", default="12,48")
+    parser.add_argument(
+        "--no-group", dest="group", action="store_false", help="skip the group case"
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -170,18 +187,13 @@ def main() -> None:
     for engine in engines:
         cmd = [sys.executable, __file__, "--child", engine, "--model", args.model]
         cmd += ["--tokens", str(args.tokens), "--batches", args.batches]
+        cmd += [] if args.group else ["--no-group"]
         print(f"{engine}: running ...", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        if proc.returncode != 0 or not lines:
-            tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-5:])
-            print(f"{engine}: failed (exit {proc.returncode}):\n{tail}", flush=True)
-            results[engine] = {"error": tail}
-            continue
-        results[engine] = json.loads(lines[-1][len("RESULT ") :])
-    labels = [f"batch {b}" for b in args.batches.split(",")] + [
-        f"group {GROUP_PROMPTS}x{GROUP_SIZE}"
-    ]
+        results[engine] = _run_child(engine, cmd)
+        if args.json:  # after every engine: a long run stopped midway keeps what it measured
+            args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+    labels = [f"batch {b}" for b in args.batches.split(",") if b]
+    labels += [GROUP_LABEL] if args.group else []
     print()
     print(f"| engine | load s | {' | '.join(f'{label} tok/s' for label in labels)} |")
     print("|---|---|" + "---|" * len(labels))
@@ -192,8 +204,24 @@ def main() -> None:
         figures = [f"{result['cases'][label]['tok_s']:.1f}" for label in labels]
         print(f"| {engine} | {result['load_s']:.1f} | {' | '.join(figures)} |")
     print(f"\n{args.tokens} new tokens per completion, real tiny-preset prompts.")
-    if args.json:
-        args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+
+
+def _run_child(engine: str, cmd: list[str]) -> dict[str, Any]:
+    """Run one engine's measurements in a fresh process, echoing each case as it finishes."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    result, tail = None, collections.deque(maxlen=5)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("CASE "):
+            print(f"  {engine} {line[5:].rstrip()}", flush=True)
+        elif line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT ") :])
+        else:
+            tail.append(line.rstrip())
+    if proc.wait() != 0 or result is None:
+        print(f"{engine}: failed (exit {proc.returncode}):\n" + "\n".join(tail), flush=True)
+        return {"error": "\n".join(tail)}
+    return result
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from typing import Any
 from birdrl.errors import BirdrlError
 
 __all__ = [
-    "BF16_SETTINGS",
     "Bf16Capability",
     "DtypeChoice",
     "HardwareError",
@@ -30,12 +29,9 @@ __all__ = [
     "detect_bf16",
 ]
 
-BF16_SETTINGS = ("auto", True, False)
-"""What ``bf16_generation`` accepts: ``auto`` (by capability), or an explicit choice."""
-
 
 class HardwareError(BirdrlError, ValueError):
-    """A dtype setting that is not one of `BF16_SETTINGS`."""
+    """A ``bf16_generation`` setting other than ``auto``, true or false."""
 
 
 @dataclass(frozen=True)
