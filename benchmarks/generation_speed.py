@@ -7,11 +7,13 @@ group case (G = 8 completions of each of 4 prompts, sampled).
         [--tokens 160] [--batches 12,48] [--json out.json]
 
 The prompts are real: the tiny preset's episode openings of the bundled test tasks (300
-characters of schema), rendered with the model's chat template, about 390 tokens each.
+characters of schema), rendered with the model's chat template and the tools: 788-1073
+tokens (median 902).
 Every completion is exactly ``--tokens`` long (EOS ignored), so the engines do the same
 work; tok/s counts generated tokens only, and each figure includes the prompts' prefill.
-Each engine runs in a subprocess of its own, so its load time (imports, weights, for vLLM
-the KV cache) is measured from a cold start and one engine cannot slow another. The
+Each engine runs in a subprocess of its own, so its load time (the weights; for vLLM also
+its import and KV cache; torch and transformers are imported before the clock starts) is
+from a cold start and one engine cannot slow another. The
 machine's CPU and its bf16 capability are printed with the table.
 """
 
