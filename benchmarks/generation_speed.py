@@ -8,13 +8,13 @@ group case (G = 8 completions of each of 4 prompts, sampled).
 
 The prompts are real: the tiny preset's episode openings of the bundled test tasks (300
 characters of schema), rendered with the model's chat template and the tools: 788-1073
-tokens (median 902).
-Every completion is exactly ``--tokens`` long (EOS ignored), so the engines do the same
-work; tok/s counts generated tokens only, and each figure includes the prompts' prefill.
+tokens (median 902). Every completion is exactly ``--tokens`` long (EOS ignored), so the
+engines do the same work; tok/s counts generated tokens only, and each figure includes the
+prompts' prefill.
 Each engine runs in a subprocess of its own, so its load time (the weights; for vLLM also
 its import and KV cache; torch and transformers are imported before the clock starts) is
-from a cold start and one engine cannot slow another. The
-machine's CPU and its bf16 capability are printed with the table.
+from a cold start and one engine cannot slow another. The machine's CPU and its bf16
+capability are printed with the table.
 """
 
 from __future__ import annotations
@@ -194,8 +194,8 @@ def main() -> None:
         results[engine] = _run_child(engine, cmd)
         if args.json:  # after every engine: a long run stopped midway keeps what it measured
             args.json.write_text(json.dumps({"machine": machine, "results": results}, indent=1))
-    labels = [f"batch {b}" for b in args.batches.split(",") if b]
-    labels += [GROUP_LABEL] if args.group else []
+    # the cases each child measured, in order (the first that ran names them for all)
+    labels = next((list(r["cases"]) for r in results.values() if "cases" in r), [])
     print()
     print(f"| engine | load s | {' | '.join(f'{label} tok/s' for label in labels)} |")
     print("|---|---|" + "---|" * len(labels))
