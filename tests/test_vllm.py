@@ -180,7 +180,9 @@ def _train_one_stage(
 
     out.mkdir(parents=True)
     db, tasks = _toy(out)
-    config = apply_overrides(load_preset("smoke"), ["generation_engine=vllm", "save_steps=1000"])
+    config = apply_overrides(
+        load_preset("smoke"), ["generation_engine=vllm", "bf16_generation=false", "save_steps=1000"]
+    )  # fp32 on every CPU: the checks compare with the fp32 trainer
     generation = RunGeneration(config, plan_generation(config, 1))
     seen: dict[str, Any] = {}
 
@@ -276,7 +278,9 @@ def test_a_stage4_episode_runs_on_the_engine(tiny32: Path, tmp_path: Path) -> No
 
     bench = open_benchmark("bundled:train")
     task = bench.debugging_tasks()[0]
-    config = apply_overrides(load_preset("smoke"), ["generation_engine=vllm", "save_steps=1000"])
+    config = apply_overrides(
+        load_preset("smoke"), ["generation_engine=vllm", "bf16_generation=false", "save_steps=1000"]
+    )  # fp32 on every CPU: the checks compare with the fp32 trainer
     stage = GRPOStageConfig(
         max_steps=1, learning_rate=1e-3, batch_size=2, grad_accum=1, num_generations=2,
         max_completion_length=48, max_tool_calls=1, beta=0.04,
