@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from birdrl.agents.hardware import describe_machine
 
 ENGINES = ("hf-fp32", "hf-bf16", "vllm-fp32", "vllm-bf16")
 GROUP_PROMPTS, GROUP_SIZE = 4, 8
@@ -148,18 +148,6 @@ def _child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(run(model, dtype, cases, args.tokens)), flush=True)
 
 
-def _machine() -> dict[str, Any]:
-    from birdrl.agents.hardware import detect_bf16
-
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform's name is all there is
-    if cpuinfo.is_file():
-        names = [line for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
-    capability = detect_bf16()
-    return {"cpu": cpu, "cores": os.cpu_count(), "bf16": capability.to_dict()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded")
@@ -179,7 +167,7 @@ def main() -> None:
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
         parser.error(f"unknown engine(s) {unknown}; choose from {', '.join(ENGINES)}")
-    machine = _machine()
+    machine = describe_machine()
     print(
         f"machine: {machine['cpu']}, {machine['cores']} cores; bf16: {machine['bf16']['detail']} "
         f"({'native' if machine['bf16']['native'] else 'not native'})",

@@ -15,8 +15,11 @@ functions, so this module loads on the core install.
 
 from __future__ import annotations
 
+import os
+import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
@@ -26,6 +29,7 @@ __all__ = [
     "DtypeChoice",
     "HardwareError",
     "choose_generation_dtype",
+    "describe_machine",
     "detect_bf16",
 ]
 
@@ -132,3 +136,14 @@ def choose_generation_dtype(
         bf16 = bool(setting)
         label = "true" if bf16 else "false"
     return DtypeChoice("bfloat16" if bf16 else "float32", label, capability)
+
+
+def describe_machine() -> dict[str, Any]:
+    """The CPU's name, its core count and its bf16 capability: what every timing written
+    down must name (benchmarks print it)."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform's name is all there is
+    if cpuinfo.is_file():
+        names = [line for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "bf16": detect_bf16().to_dict()}

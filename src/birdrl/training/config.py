@@ -195,6 +195,12 @@ class CurriculumConfig:
     """vLLM colocated on a GPU: the share of GPU memory it takes (training needs the rest)."""
     report_to: str = "tensorboard"
     """TRL/transformers ``report_to`` (``none`` to disable)."""
+    prefix_sharing: bool = True
+    """Compute shared prompt tokens once (`birdrl.training.prefix_sharing`): in GRPO a
+    group's prompt once per log-probability pass instead of once per completion, in SFT the
+    start every sample of a micro-batch shares (system prompt, tools); the same gradient, to
+    rounding. TRL's own path where it cannot apply (several processes, gradient
+    checkpointing, packing)."""
     verify_clean_leases: bool = False
     """Stage 4: fingerprint every replica when it is leased and stop if it differs from its
     template (a contamination check for new deployments; one database read per episode)."""

@@ -27,6 +27,7 @@ from birdrl.training.config import ConfigError, SFTStageConfig
 from birdrl.training.diagnostics import diagnostics_callback, summarize, verdicts, weight_note
 from birdrl.training.environment import tool_schemas
 from birdrl.training.models import load_policy, load_tokenizer
+from birdrl.training.prefix_sharing import prefix_sharing_sft_trainer
 
 __all__ = ["run_sft_stage", "sft_rows"]
 
@@ -85,13 +86,21 @@ def run_sft_stage(job: StageJob[SFTStageConfig], *, with_tools: bool = False) ->
         assistant_only_loss=True,
         packing=False,
     )
-    trainer = SFTTrainer(
+    trainer_class = (
+        prefix_sharing_sft_trainer(SFTTrainer) if job.config.prefix_sharing else SFTTrainer
+    )
+    trainer = trainer_class(
         model=load_policy(job.model_path, job.config.dtype),
         args=args,
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
         peft_config=lora_config(job.config),
         callbacks=[progress_callback(job.progress, f"stage {stage}")],
+    )
+    notes.append(
+        trainer.prefix_sharing_note
+        if job.config.prefix_sharing
+        else "SFT loss: TRL's path (prefix_sharing = false)"
     )
     diagnostics = diagnostics_callback(trainer, stage, "sft", warn=job.progress)
     prepare_trainer(trainer, job.on_trainer)

@@ -1,0 +1,350 @@
+"""GRPO's log-probabilities with each group's prompt run through the model once.
+
+The G completions of a GRPO group share one prompt. TRL scores every completion as its own
+sequence, so the prompt's forward and backward pass is paid G times per group, and on a
+CPU its LM head runs over every prompt position as well (TRL's fused head scores only the
+completion positions where Triton runs, every position elsewhere). In the tiny preset the
+prompt is most of each sequence (about 900 of 1,200 tokens in stage 4), so that is most of
+a step.
+
+`shared_prefix_logps` runs a prompt once, all but its last token, keeps the keys and values
+(with their autograd graph), repeats them for the group, and runs each completion after it,
+with its first input the prompt's last token, through the model's fused LM head. The
+log-probabilities are those of the whole sequence: RoPE attention depends on relative
+positions only, so dropping the prompt's left padding changes nothing but rounding, and the
+gradient reaches the prompt's activations through the shared keys and values, once per
+group instead of once per completion. `tests/test_prefix_sharing.py` checks both against
+TRL's path.
+
+`prefix_sharing_trainer` adds this to a ``GRPOTrainer`` class, and keeps each generation
+batch in its sampler's order (a group's completions next to each other) instead of TRL's
+shuffle: every micro-batch of one optimizer step adds to the same gradient, and TRL's
+default loss (``dapo``) normalises by the tokens of the whole generation batch, so the order
+changes nothing but which rows share a micro-batch. It steps aside (TRL's own path) where
+the shortcut does not hold: several processes (DDP expects one forward per backward),
+gradient checkpointing (recomputed layers would append to the cache twice), images, MoE
+auxiliary losses, and a per-micro-batch loss normalisation (``bnpo``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from birdrl.training.lm_head import plain_head_wanted, score_tokens
+
+__all__ = [
+    "SFT_INPUTS",
+    "UNSHUFFLED_LOSSES",
+    "prefix_sharing_sft_trainer",
+    "prefix_sharing_trainer",
+    "shared_prefix_logps",
+    "shared_start_forward",
+]
+
+UNSHUFFLED_LOSSES = frozenset({"dapo", "grpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"})
+"""TRL losses whose gradient does not depend on which rows share a micro-batch (each is
+normalised per sequence, by a constant, or by the whole generation batch's tokens)."""
+
+
+def _groups(prompt_ids: Any, prompt_mask: Any) -> list[list[int]]:
+    """Row indices grouped by identical (unpadded) prompt, in order of first appearance."""
+    groups: dict[bytes, list[int]] = {}
+    for row in range(prompt_ids.size(0)):
+        key = prompt_ids[row][prompt_mask[row].bool()].cpu().numpy().tobytes()
+        groups.setdefault(key, []).append(row)
+    return list(groups.values())
+
+
+def _common_prefix(prompts: list[Any]) -> int:
+    """Tokens every prompt starts with, leaving each at least its last token."""
+    import torch
+
+    length = min(p.numel() for p in prompts) - 1
+    first = prompts[0]
+    for other in prompts[1:]:
+        if length <= 0:
+            break
+        same = (first[:length] == other[:length]).int()
+        length = int(torch.cumprod(same, 0).sum())
+    return max(length, 0)
+
+
+def _prefill(model: Any, ids: Any, cache: Any) -> None:
+    """Extend `cache` by `ids` (one unpadded sequence), keeping the autograd graph."""
+    if ids.numel():
+        model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+
+def shared_prefix_logps(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    logits_to_keep: int,
+    *,
+    compute_entropy: bool = False,
+    temperature: float | None = None,
+    entropy_grad: bool = False,
+) -> tuple[Any, Any | None]:
+    """Per-token log-probabilities (and entropies) of the last `logits_to_keep` tokens of
+    each row, as TRL's ``_get_per_token_logps_and_entropies`` returns them (0 at padded
+    completion positions), computing each distinct prompt once, and the start every prompt
+    shares (the system prompt and tools) once for all of them.
+
+    `input_ids` / `attention_mask` are TRL's: a left-padded prompt followed by a
+    right-padded completion of `logits_to_keep` tokens. `temperature` None scores through
+    the model's fused LM head (TRL's ``add_fused_lm_head``, which applies the sampling
+    temperature); a number scores the model's own logits of the completion positions,
+    divided by it (`birdrl.training.lm_head`, the faster way on a CPU), the entropies with a
+    gradient when `entropy_grad` (TRL's entropy bonus)."""
+    import torch
+    from transformers import DynamicCache
+
+    split = input_ids.size(1) - logits_to_keep
+    prompt_ids, prompt_mask = input_ids[:, :split], attention_mask[:, :split]
+    completion_ids, completion_mask = input_ids[:, split:], attention_mask[:, split:]
+    config = getattr(model, "module", model).config
+    groups = _groups(prompt_ids, prompt_mask)
+    prompts = [prompt_ids[rows[0]][prompt_mask[rows[0]].bool()] for rows in groups]
+    common = _common_prefix(prompts) if len(groups) > 1 else 0
+    shared = DynamicCache(config=config)
+    _prefill(model, prompts[0][:common], shared)
+    logps: list[Any] = []
+    entropies: list[Any] = []
+    order: list[int] = []
+    for rows, prompt in zip(groups, prompts, strict=True):
+        n = len(rows)
+        cache = DynamicCache(config=config)
+        for target, source in zip(cache.layers, shared.layers, strict=False):
+            if getattr(source, "keys", None) is not None and source.keys.numel():
+                target.update(source.keys, source.values)
+        _prefill(model, prompt[common:-1], cache)
+        cache.batch_repeat_interleave(n)
+        index = torch.tensor(rows, device=input_ids.device)
+        tail = torch.cat([prompt[-1:].expand(n, 1), completion_ids.index_select(0, index)], dim=1)
+        tail_mask = torch.cat(
+            [torch.ones_like(tail[:, :1]), completion_mask.index_select(0, index)], dim=1
+        )
+        past = torch.ones_like(tail[:, :1]).expand(n, prompt.numel() - 1)
+        if temperature is None:
+            outputs = model(
+                input_ids=tail,
+                attention_mask=torch.cat([past, tail_mask], dim=1),
+                past_key_values=cache,
+                labels=tail.masked_fill(tail_mask == 0, -100),
+                fused_lm_head=True,
+            )
+            logps.append(outputs.log_probs)
+            entropies.append(outputs.entropy)
+        else:  # the logits of the positions that predict the completion, and nothing else
+            logits = model(
+                input_ids=tail[:, :-1],
+                attention_mask=torch.cat([past, tail_mask[:, :-1]], dim=1),
+                past_key_values=cache,
+                logits_to_keep=logits_to_keep,
+            ).logits
+            scores = score_tokens(
+                logits,
+                tail[:, 1:],
+                tail_mask[:, 1:],
+                temperature,
+                entropy=compute_entropy,
+                entropy_grad=entropy_grad,
+            )
+            logps.append(scores.log_probs)
+            entropies.append(scores.entropy)
+        order += rows
+    inverse = torch.empty(len(order), dtype=torch.long, device=input_ids.device)
+    inverse[torch.tensor(order, device=input_ids.device)] = torch.arange(
+        len(order), device=input_ids.device
+    )
+    out = torch.cat(logps).index_select(0, inverse)
+    ent = torch.cat(entropies).index_select(0, inverse) if compute_entropy else None
+    return out, ent
+
+
+def prefix_sharing_trainer(base: type) -> type:
+    """`base` (TRL's ``GRPOTrainer``) with each group's prompt computed once in every
+    log-probability pass (policy, reference, old policy) and generation batches kept in
+    group order; TRL's own path wherever the shortcut does not hold (module docstring)."""
+    from trl.trainer.utils import split_tensor_dict
+
+    class PrefixSharingGRPOTrainer(base):  # type: ignore[misc, valid-type]
+        prefix_sharing_active: bool
+        """Whether this trainer shares prompts (False: why is in `prefix_sharing_note`)."""
+        prefix_sharing_note: str
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _decide(
+                self,
+                "GRPO loss: each group's prompt computed once (prefix sharing)",
+                "GRPO loss: TRL's per-completion path",
+            )
+
+        def _get_per_token_logps_and_entropies(  # type: ignore[override]
+            self,
+            model: Any,
+            input_ids: Any,
+            attention_mask: Any,
+            logits_to_keep: int,
+            batch_size: int | None = None,
+            compute_entropy: bool = False,
+            compute_aux_loss: bool = False,
+            **media: Any,
+        ) -> tuple[Any, Any | None, Any | None]:
+            if (
+                not self.prefix_sharing_active
+                or compute_aux_loss
+                or any(value is not None for value in media.values())
+            ):
+                return super()._get_per_token_logps_and_entropies(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size,
+                    compute_entropy,
+                    compute_aux_loss,
+                    **media,
+                )
+            with self.accelerator.autocast():
+                logps, entropies = shared_prefix_logps(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    compute_entropy=compute_entropy,
+                    temperature=self.temperature if plain_head_wanted(input_ids.device) else None,
+                    entropy_grad=bool(getattr(self, "_entropy_bonus_enabled", False)),
+                )
+            return logps, entropies, None
+
+        def _prepare_inputs(self, generation_batch: Any) -> Any:
+            if not (self.prefix_sharing_active and self.model.training):
+                return super()._prepare_inputs(generation_batch)
+            steps = self.args.steps_per_generation
+            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+                batch = self._generate_and_score_completions(generation_batch)
+                self._buffered_inputs = split_tensor_dict(batch, steps)
+            return self._buffered_inputs[self._step % steps]
+
+    return PrefixSharingGRPOTrainer
+
+
+SFT_INPUTS = frozenset({"input_ids", "attention_mask", "labels", "position_ids", "use_cache"})
+"""What a plain (unpacked, text-only) SFT batch gives the model; anything else: TRL's path."""
+
+
+def shared_start_forward(model: Any, *, plain_head: bool = False, **inputs: Any) -> Any:
+    """``model(**inputs, fused_lm_head=True)`` for an SFT micro-batch, with the start all
+    its rows share and score nothing on (the system prompt and tools) run once.
+
+    The rows are right-padded; the shared start ends before any row's first scored token,
+    so the positions left out are ones TRL's fused head gives 0 and masks, and every figure
+    TRL takes from the output (sums of log-probabilities, entropies, top-1 hits and the
+    label mask) is unchanged. With `plain_head` (a CPU) only the positions from the first
+    scored one on are projected, through the model's own head (`birdrl.training.lm_head`).
+    Inputs other than `SFT_INPUTS` go to TRL's head whole."""
+    from transformers import DynamicCache
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    ids, labels = inputs["input_ids"], inputs["labels"]
+    mask = inputs.get("attention_mask")
+    if not set(inputs) <= SFT_INPUTS or mask is None:
+        return model(**inputs, fused_lm_head=True)
+    first = int((labels != -100).int().argmax(1).min())  # first scored token of any row
+    start = min(_common_prefix(list(ids)), first - 1) if ids.size(0) > 1 else 0
+    if start < 2 or not bool(mask[:, :start].all()):
+        start = 0
+    past: dict[str, Any] = {}
+    if start:
+        cache = DynamicCache(config=getattr(model, "module", model).config)
+        _prefill(model, ids[0, :start], cache)
+        cache.batch_repeat_interleave(ids.size(0))
+        past["past_key_values"] = cache
+    tail = {k: v[:, start:] for k, v in inputs.items() if k in ("input_ids", "position_ids")}
+    tail_labels = labels[:, start:]
+    if not plain_head:
+        return model(**tail, labels=tail_labels, attention_mask=mask, fused_lm_head=True, **past)
+    begin = max(first - 1 - start, 0)  # the tail position that predicts the first label
+    logits = model(
+        **tail, attention_mask=mask, logits_to_keep=tail_labels.size(1) - begin, **past
+    ).logits[:, :-1]
+    targets = tail_labels[:, begin + 1 :]
+    scored = targets != -100
+    scores = score_tokens(logits, targets, scored, entropy=True, top1=True)
+    return FusedCausalLMOutput(
+        loss=-scores.log_probs.sum() / scored.sum().clamp(min=1),
+        log_probs=scores.log_probs,
+        entropy=scores.entropy,
+        is_top1=scores.is_top1,
+        label_mask=scored,
+    )
+
+
+class _SharedStartModel:
+    """`model` as the SFT trainer calls it, with fused-head calls going through
+    `shared_start_forward`."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def __call__(self, *args: Any, fused_lm_head: bool = False, **inputs: Any) -> Any:
+        if fused_lm_head and not args:
+            device = inputs["input_ids"].device
+            return shared_start_forward(self._model, plain_head=plain_head_wanted(device), **inputs)
+        return self._model(*args, fused_lm_head=fused_lm_head, **inputs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+
+def prefix_sharing_sft_trainer(base: type) -> type:
+    """`base` (TRL's ``SFTTrainer``) computing each training micro-batch's shared start
+    once (`shared_start_forward`); TRL's path where that does not hold (`_why_not`)."""
+
+    class PrefixSharingSFTTrainer(base):  # type: ignore[misc, valid-type]
+        prefix_sharing_active: bool
+        prefix_sharing_note: str
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _decide(
+                self,
+                "SFT loss: the start every sample of a micro-batch shares computed once",
+                "SFT loss: TRL's path",
+            )
+
+        def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.prefix_sharing_active and self.model.training:
+                model = _SharedStartModel(model)
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    return PrefixSharingSFTTrainer
+
+
+def _decide(trainer: Any, shared: str, fallback: str) -> None:
+    """Set whether `trainer` shares prefixes and the stage note that says so (or why not)."""
+    reason = _why_not(trainer)
+    trainer.prefix_sharing_active = reason is None
+    trainer.prefix_sharing_note = shared if reason is None else f"{fallback} ({reason})"
+
+
+def _why_not(trainer: Any) -> str | None:
+    """Why `trainer` must keep TRL's path, or None when prompts can be shared."""
+    args = trainer.args
+    if args.world_size > 1:
+        return f"{args.world_size} processes: DDP expects one forward pass per backward"
+    if args.gradient_checkpointing:
+        return "gradient checkpointing recomputes layers, which would extend the cache twice"
+    if getattr(args, "padding_free", False) or getattr(args, "packing", False):
+        return "packed or padding-free batches"
+    if getattr(args, "num_generations", None) and args.loss_type not in UNSHUFFLED_LOSSES:
+        return f"loss_type {args.loss_type!r} normalises per micro-batch"
+    if getattr(trainer, "aux_loss_enabled", False):
+        return "the model adds an MoE auxiliary loss"
+    text = trainer.model.config.get_text_config()
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        return f"attention layers {sorted(kinds)}: only full attention shares a cache"
+    return None
