@@ -1,6 +1,6 @@
 """The full ``tiny`` preset: the embedded SmolLM2-135M through all four stages on the CPU
-(12 minutes on 2 idle cores of a native-bf16 Xeon; the 20-minute budget asserted here is
-not met on an AVX2-only CPU, docs/training.md), and what it must show: after stage 2 at
+(18 minutes on 2 idle cores of a Zen 4 EPYC with native bf16; an AVX2-only CPU has not
+been measured with this release, docs/training.md), and what it must show: after stage 2 at
 least half of the tool calls parse and half of the held-out episodes submit (the base
 model: none), and a GRPO stage has reward variance in at least a quarter of its groups.
 Not part of the default run: ``pytest -m slow``."""

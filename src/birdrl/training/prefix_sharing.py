@@ -75,6 +75,14 @@ def _prefill(model: Any, ids: Any, cache: Any) -> None:
         model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
 
 
+def _extend(cache: Any, shared: Any) -> None:
+    """Start `cache` with `shared`'s keys and values (the tensors themselves: one graph)."""
+    for target, source in zip(cache.layers, shared.layers, strict=False):
+        keys = getattr(source, "keys", None)
+        if keys is not None and keys.numel():
+            target.update(keys, source.values)
+
+
 def shared_prefix_logps(
     model: Any,
     input_ids: Any,
@@ -114,9 +122,7 @@ def shared_prefix_logps(
     for rows, prompt in zip(groups, prompts, strict=True):
         n = len(rows)
         cache = DynamicCache(config=config)
-        for target, source in zip(cache.layers, shared.layers, strict=False):
-            if getattr(source, "keys", None) is not None and source.keys.numel():
-                target.update(source.keys, source.values)
+        _extend(cache, shared)
         _prefill(model, prompt[common:-1], cache)
         cache.batch_repeat_interleave(n)
         index = torch.tensor(rows, device=input_ids.device)
@@ -223,10 +229,11 @@ def prefix_sharing_trainer(base: type) -> type:
             if not (self.prefix_sharing_active and self.model.training):
                 return super()._prepare_inputs(generation_batch)
             steps = self.args.steps_per_generation
-            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+            buffered: list[Any] | None = self._buffered_inputs
+            if self._step % (steps * self.num_iterations) == 0 or buffered is None:
                 batch = self._generate_and_score_completions(generation_batch)
-                self._buffered_inputs = split_tensor_dict(batch, steps)
-            return self._buffered_inputs[self._step % steps]
+                buffered = self._buffered_inputs = split_tensor_dict(batch, steps)
+            return buffered[self._step % steps]
 
     return PrefixSharingGRPOTrainer
 
