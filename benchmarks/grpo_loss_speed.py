@@ -46,7 +46,8 @@ def _batch(model: Path, stage: int, completion: int, prompts: int, group: int) -
     from birdrl.tasks.benchmark import open_benchmark
 
     bench = open_benchmark("bundled:train")
-    tasks = bench.debugging_tasks()[:: max(1, len(bench.debugging_tasks()) // prompts)][:prompts]
+    every = bench.debugging_tasks()
+    tasks = every[:: max(1, len(every) // prompts)][:prompts]
     data = build_rl_prompts(tasks, bench.databases, stage=stage, sample_rows=0, budget_chars=300)
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     chat = ChatFormat(tokenizer)

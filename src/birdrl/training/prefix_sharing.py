@@ -28,7 +28,7 @@ auxiliary losses, and a per-micro-batch loss normalisation (``bnpo``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from birdrl.training.lm_head import plain_head_wanted, score_tokens
 
@@ -75,6 +75,13 @@ def _prefill(model: Any, ids: Any, cache: Any) -> None:
         model(input_ids=ids[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
 
 
+def _new_cache(model: Any) -> Any:
+    """An empty cache for `model` (wrapped by DDP or not)."""
+    from transformers import DynamicCache
+
+    return DynamicCache(config=getattr(model, "module", model).config)
+
+
 def _extend(cache: Any, shared: Any) -> None:
     """Start `cache` with `shared`'s keys and values (the tensors themselves: one graph)."""
     for target, source in zip(cache.layers, shared.layers, strict=False):
@@ -105,23 +112,21 @@ def shared_prefix_logps(
     divided by it (`birdrl.training.lm_head`, the faster way on a CPU), the entropies with a
     gradient when `entropy_grad` (TRL's entropy bonus)."""
     import torch
-    from transformers import DynamicCache
 
     split = input_ids.size(1) - logits_to_keep
     prompt_ids, prompt_mask = input_ids[:, :split], attention_mask[:, :split]
     completion_ids, completion_mask = input_ids[:, split:], attention_mask[:, split:]
-    config = getattr(model, "module", model).config
     groups = _groups(prompt_ids, prompt_mask)
     prompts = [prompt_ids[rows[0]][prompt_mask[rows[0]].bool()] for rows in groups]
     common = _common_prefix(prompts) if len(groups) > 1 else 0
-    shared = DynamicCache(config=config)
+    shared = _new_cache(model)
     _prefill(model, prompts[0][:common], shared)
     logps: list[Any] = []
     entropies: list[Any] = []
     order: list[int] = []
     for rows, prompt in zip(groups, prompts, strict=True):
         n = len(rows)
-        cache = DynamicCache(config=config)
+        cache = _new_cache(model)
         _extend(cache, shared)
         _prefill(model, prompt[common:-1], cache)
         cache.batch_repeat_interleave(n)
@@ -174,18 +179,9 @@ def prefix_sharing_trainer(base: type) -> type:
     group order; TRL's own path wherever the shortcut does not hold (module docstring)."""
     from trl.trainer.utils import split_tensor_dict
 
-    class PrefixSharingGRPOTrainer(base):  # type: ignore[misc, valid-type]
-        prefix_sharing_active: bool
-        """Whether this trainer shares prompts (False: why is in `prefix_sharing_note`)."""
-        prefix_sharing_note: str
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            _decide(
-                self,
-                "GRPO loss: each group's prompt computed once (prefix sharing)",
-                "GRPO loss: TRL's per-completion path",
-            )
+    class PrefixSharingGRPOTrainer(_SharingTrainer, base):  # type: ignore[misc, valid-type]
+        shared_note = "GRPO loss: each group's prompt computed once (prefix sharing)"
+        fallback_note = "GRPO loss: TRL's per-completion path"
 
         def _get_per_token_logps_and_entropies(  # type: ignore[override]
             self,
@@ -252,7 +248,6 @@ def shared_start_forward(model: Any, *, plain_head: bool = False, **inputs: Any)
     label mask) is unchanged. With `plain_head` (a CPU) only the positions from the first
     scored one on are projected, through the model's own head (`birdrl.training.lm_head`).
     Inputs other than `SFT_INPUTS` go to TRL's head whole."""
-    from transformers import DynamicCache
     from trl.trainer.utils import FusedCausalLMOutput
 
     ids, labels = inputs["input_ids"], inputs["labels"]
@@ -265,7 +260,7 @@ def shared_start_forward(model: Any, *, plain_head: bool = False, **inputs: Any)
         start = 0
     past: dict[str, Any] = {}
     if start:
-        cache = DynamicCache(config=getattr(model, "module", model).config)
+        cache = _new_cache(model)
         _prefill(model, ids[0, :start], cache)
         cache.batch_repeat_interleave(ids.size(0))
         past["past_key_values"] = cache
@@ -310,17 +305,9 @@ def prefix_sharing_sft_trainer(base: type) -> type:
     """`base` (TRL's ``SFTTrainer``) computing each training micro-batch's shared start
     once (`shared_start_forward`); TRL's path where that does not hold (`_why_not`)."""
 
-    class PrefixSharingSFTTrainer(base):  # type: ignore[misc, valid-type]
-        prefix_sharing_active: bool
-        prefix_sharing_note: str
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            _decide(
-                self,
-                "SFT loss: the start every sample of a micro-batch shares computed once",
-                "SFT loss: TRL's path",
-            )
+    class PrefixSharingSFTTrainer(_SharingTrainer, base):  # type: ignore[misc, valid-type]
+        shared_note = "SFT loss: the start every sample of a micro-batch shares computed once"
+        fallback_note = "SFT loss: TRL's path"
 
         def compute_loss(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
             if self.prefix_sharing_active and self.model.training:
@@ -330,11 +317,23 @@ def prefix_sharing_sft_trainer(base: type) -> type:
     return PrefixSharingSFTTrainer
 
 
-def _decide(trainer: Any, shared: str, fallback: str) -> None:
-    """Set whether `trainer` shares prefixes and the stage note that says so (or why not)."""
-    reason = _why_not(trainer)
-    trainer.prefix_sharing_active = reason is None
-    trainer.prefix_sharing_note = shared if reason is None else f"{fallback} ({reason})"
+class _SharingTrainer:
+    """What both trainers add to TRL's (placed before it in the bases): whether this one
+    shares prefixes, decided once it is built, and the stage note that says so or why not."""
+
+    shared_note: ClassVar[str]
+    fallback_note: ClassVar[str]
+    prefix_sharing_active: bool
+    """Whether prefixes are shared (False: why is in `prefix_sharing_note`)."""
+    prefix_sharing_note: str
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        reason = _why_not(self)
+        self.prefix_sharing_active = reason is None
+        self.prefix_sharing_note = (
+            self.shared_note if reason is None else f"{self.fallback_note} ({reason})"
+        )
 
 
 def _why_not(trainer: Any) -> str | None:
