@@ -92,7 +92,7 @@ def test_reset_releases_the_previous_lease(setup) -> None:
         assert first in held
     env.reset(**_row(task))  # delayed release: the unfinished episode's lease goes now
     assert pool.release(first) is False  # already released
-    env.close()
+    env._release()
     assert env.execute_sql("SELECT 1") == EPISODE_OVER
 
 
@@ -119,10 +119,13 @@ def test_unknown_task_is_a_clear_error(setup) -> None:
 
 def test_tool_schemas_match_the_methods() -> None:
     pytest.importorskip("transformers")
-    from birdrl.training.environment import tool_schemas
+    from birdrl.training.environment import tool_methods, tool_schemas
 
     names = [s["function"]["name"] for s in tool_schemas()]
     assert names == ["execute_sql", "submit_solution"]
+    # TRL offers every public method but reset and get_reward as a tool: nothing else (a
+    # public `close` once reached the stage-4 prompts and let the model end its lease)
+    assert [m.__name__ for m in tool_methods()] == names
     assert all(
         s["function"]["parameters"]["properties"]["sql"]["type"] == "string" for s in tool_schemas()
     )

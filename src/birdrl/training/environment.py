@@ -16,6 +16,7 @@ failure gives ``None`` so TRL keeps it out of the advantage instead of scoring i
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import re
 import threading
@@ -35,7 +36,7 @@ from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
 
-__all__ = ["EpisodeStats", "SQLActToolEnv", "ToolEnvSession", "tool_schemas"]
+__all__ = ["EpisodeStats", "SQLActToolEnv", "ToolEnvSession", "tool_methods", "tool_schemas"]
 
 EPISODE_OVER = (
     "The episode is over: the solution was already submitted or the tool budget is spent."
@@ -58,6 +59,18 @@ class EpisodeStats:
         self.verified_clean = 0
         self.leases: list[tuple[str, str]] = []
         """(trajectory id, replica file) of every episode, in order."""
+        self.history: list[dict[str, Any]] = []
+        """Every episode in order: trajectory id, task, the tools it called, its reward
+        (None after an infrastructure failure)."""
+
+    def explored(self) -> list[bool]:
+        """Per episode (in order): whether it ran ``execute_sql`` before its first
+        submission (an episode that never submitted counts if it ran one)."""
+        with self.lock:
+            return [
+                "execute_sql" in e["tools"][: _first(e["tools"], "submit_solution")]
+                for e in self.history
+            ]
 
     def to_dict(self) -> dict[str, object]:
         with self.lock:
@@ -70,7 +83,13 @@ class EpisodeStats:
                 "with_tool_call": self.with_tool_call,
                 "verified_clean": self.verified_clean,
                 "leases": [list(x) for x in self.leases],
+                "history": [dict(e, tools=list(e["tools"])) for e in self.history],
             }
+
+
+def _first(items: list[str], item: str) -> int:
+    """The index of `item`'s first occurrence in `items` (its length when absent)."""
+    return items.index(item) if item in items else len(items)
 
 
 class ToolEnvSession:
@@ -131,7 +150,7 @@ class ToolEnvSession:
 
     def close(self) -> None:
         for instance in self.instances:
-            instance.close()
+            instance._release()
 
 
 class SQLActToolEnv:
@@ -145,6 +164,7 @@ class SQLActToolEnv:
         self._reward: float | None = 0.0
         self._done = True
         self._calls = 0
+        self._record: dict[str, Any] = {}
         session.instances.append(self)
 
     def reset(self, **row: object) -> None:
@@ -167,9 +187,16 @@ class SQLActToolEnv:
         self._calls = 0
         # where the replica is, without the credentials a server locator carries
         replica = re.sub(r"://[^@/]*@", "://", self._session.pool.get(traj_id).locator)
+        self._record = {
+            "traj_id": traj_id,
+            "instance_id": task.instance_id,
+            "tools": [],
+            "reward": 0.0,
+        }
         with self._session.stats.lock:
             self._session.stats.episodes += 1
             self._session.stats.leases.append((traj_id, replica))
+            self._session.stats.history.append(self._record)
 
     def execute_sql(self, sql: str) -> str:
         """Run SQL on your private copy of the database and see the result or the error.
@@ -205,8 +232,9 @@ class SQLActToolEnv:
         infrastructure failure."""
         return self._reward
 
-    def close(self) -> None:
-        """Release the lease now (end of training)."""
+    def _release(self) -> None:
+        """Release the lease now (end of training). Private: TRL offers every public
+        method except ``reset`` and ``get_reward`` to the model as a tool."""
         self._env.close()
         self._done = True
 
@@ -219,20 +247,33 @@ class SQLActToolEnv:
         with stats.lock:
             stats.tool_calls += 1
             stats.with_tool_call += self._calls == 1
+            self._record["tools"].append(name)
         if result.done:
             self._done = True
             reason = result.stop_reason
             if reason is StopReason.INFRA_ERROR:
                 self._reward = None
+                self._record["reward"] = None
                 with stats.lock:
                     stats.infra_errors += 1
             else:
                 self._reward = float(result.reward)
+                self._record["reward"] = self._reward
                 if reason is StopReason.SUBMITTED:
                     with stats.lock:
                         stats.submitted += 1
                         stats.solved += result.reward >= 1.0
         return str(result.observation)
+
+
+def tool_methods() -> list[Any]:
+    """The methods of `SQLActToolEnv` that TRL offers the model as tools, found by TRL's
+    rule (public functions of the class but ``reset`` and ``get_reward``, by name)."""
+    return [
+        member
+        for name, member in inspect.getmembers(SQLActToolEnv, predicate=inspect.isfunction)
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]
 
 
 def tool_schemas() -> list[dict[str, Any]]:
@@ -241,7 +282,4 @@ def tool_schemas() -> list[dict[str, Any]]:
     from transformers.utils import get_json_schema
 
     probe = object()
-    return [
-        get_json_schema(types.MethodType(method, probe))
-        for method in (SQLActToolEnv.execute_sql, SQLActToolEnv.submit_solution)
-    ]
+    return [get_json_schema(types.MethodType(method, probe)) for method in tool_methods()]

@@ -1,0 +1,308 @@
+"""Multi-turn learnability: stage-4 GRPO through the real SQL-Act environment (TRL's
+``environment_factory`` path, exactly as the curriculum runs it) teaches a policy to look at
+the database before it submits, because only looking pays.
+
+The toy: four SQLite databases, each with a single table (``alpha``, ``beta``, ``gamma`` or
+``delta``, holding 2 to 5 rows), and eight tasks "my database has a single table; how many
+rows does it have?". The prompt does not name the table, so a blind submission is right for
+one database in four; an episode that first runs ``SELECT name FROM sqlite_master`` reads the
+name in the observation and can submit the right ``COUNT(*)``. Submissions are scored on a
+fresh replica, as everywhere.
+
+The tiny random model is warm-started by SFT on a mix of trajectories: per task one that
+explores and then submits correctly, and four that submit blindly (one per table name). It
+then explores in about one episode in eight, so every group holds both kinds and only the
+episode reward says which is better. `learning_problems` is the check (mean episode reward
+and the share of exploring episodes must rise, the weights must move); the meta-tests break
+the multi-turn credit in three ways and show that the same check then fails:
+
+* ``reward-cut-from-loss``: advantages zeroed inside TRL (rewards still computed, logged);
+* ``reward-to-wrong-trajectory``: each episode's reward handed to its neighbour in the batch;
+* ``episode-cut-before-submission``: one tool call per episode, so an episode that explores
+  can never submit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
+
+from birdrl.db.sandbox import ExecResult  # noqa: E402
+from birdrl.env.tools import format_result  # noqa: E402
+from birdrl.evaluation.evaluator import EvalConfig  # noqa: E402
+from birdrl.tasks.model import Task  # noqa: E402
+from birdrl.training.common import StageJob, StageOutput  # noqa: E402
+from birdrl.training.config import (  # noqa: E402
+    GRPOStageConfig,
+    SFTStageConfig,
+    apply_overrides,
+    load_preset,
+)
+from birdrl.training.diagnostics import summarize  # noqa: E402
+from birdrl.training.grpo import EpisodeRollouts, run_grpo_stage  # noqa: E402
+from birdrl.training.sft import run_sft_stage  # noqa: E402
+from birdrl.training.tiny import build_tiny_model  # noqa: E402
+
+TABLES = ("alpha", "beta", "gamma", "delta")
+LOOK = "SELECT name FROM sqlite_master"
+BATCH = 32  # 8 tasks x G = 4: one generation batch is one step
+STEPS = 10
+
+
+def _config() -> Any:
+    return apply_overrides(load_preset("smoke"), ["seed=0", "save_steps=1000"])
+
+
+def _databases(root: Path) -> dict[str, Path]:
+    databases = {}
+    for rows, table in enumerate(TABLES, start=2):
+        path = root / f"{table}.sqlite"
+        with sqlite3.connect(path) as conn:
+            conn.execute(f"CREATE TABLE {table} (x INTEGER)")
+            conn.executemany(f"INSERT INTO {table} VALUES (?)", [(k,) for k in range(rows)])
+        conn.close()
+        databases[f"toy_{table}"] = path
+    return databases
+
+
+def _tasks() -> dict[str, Task]:
+    return {
+        f"toy_{i}": Task(
+            instance_id=f"toy_{i}",
+            db_id=f"toy_{TABLES[i % 4]}",
+            query=f"My database has a single table. How many rows does it have? (ticket {i})",
+            issue_sql=("SELECT COUNT(*) FROM t",),
+            sol_sql=(f"SELECT COUNT(*) FROM {TABLES[i % 4]}",),
+        )
+        for i in range(8)
+    }
+
+
+def _call(tool: str, sql: str) -> dict[str, Any]:
+    function = {"name": tool, "arguments": {"sql": sql}}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": function}],
+    }
+
+
+def _result(tool: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "name": tool, "content": content}
+
+
+def _submitted(passed: bool) -> str:
+    return f"Submitted. {int(passed)} of 1 hidden test(s) passed."
+
+
+def _warm_rows(tasks: dict[str, Task]) -> list[dict[str, Any]]:
+    """Per task: one episode that looks and submits the right count, four that submit
+    blindly (one per table name; one of them is right). The observation text is the
+    environment's own rendering of the one-row result."""
+    done = {"role": "assistant", "content": "Done."}
+    rows = []
+    for task in tasks.values():
+        table = task.db_id.removeprefix("toy_")
+        user = {"role": "user", "content": task.query}
+        names = ExecResult(columns=("name",), rows=((table,),), row_count=1)
+        rows.append(
+            {
+                "messages": [
+                    user,
+                    _call("execute_sql", LOOK),
+                    _result("execute_sql", format_result(names)),
+                    _call("submit_solution", f"SELECT COUNT(*) FROM {table}"),
+                    _result("submit_solution", _submitted(True)),
+                    done,
+                ]
+            }
+        )
+        for guess in TABLES:
+            submit = _call("submit_solution", f"SELECT COUNT(*) FROM {guess}")
+            result = _result("submit_solution", _submitted(guess == table))
+            rows.append({"messages": [user, submit, result, done]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("multiturn")
+    tasks = _tasks()
+    out = run_sft_stage(
+        StageJob(
+            stage=2,
+            model_path=build_tiny_model(root / "tiny"),
+            rows=_warm_rows(tasks),
+            out_dir=root / "sft",
+            config=_config(),
+            stage_config=SFTStageConfig(
+                max_steps=400, learning_rate=1e-2, batch_size=8, grad_accum=1, max_length=1280
+            ),
+        ),
+        with_tools=True,
+    )
+    return {"root": root, "tasks": tasks, "databases": _databases(root), "model": out.model_dir}
+
+
+def _grpo(
+    warm: dict[str, Any], name: str, *, max_tool_calls: int = 3, on_trainer: Any = None
+) -> tuple[StageOutput, list[dict[str, Any]], Any]:
+    """Stage-4 GRPO from the warm model; the output, every episode (in order) and the
+    trainer."""
+    seen: list[Any] = []
+
+    def hook(trainer: Any) -> None:
+        seen.append(trainer)
+        if on_trainer is not None:
+            on_trainer(trainer)
+
+    stage = GRPOStageConfig(
+        max_steps=STEPS,
+        learning_rate=1e-3,
+        batch_size=BATCH,
+        grad_accum=1,
+        num_generations=4,
+        max_completion_length=256,
+        temperature=0.7,
+        beta=0.0,
+        max_tool_calls=max_tool_calls,
+    )
+    tasks = warm["tasks"]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": t.query}],
+            "instance_id": t.instance_id,
+            "db_id": t.db_id,
+            "kind": "debug",
+        }
+        for t in tasks.values()
+    ]
+    out_dir = warm["root"] / name
+    output = run_grpo_stage(
+        StageJob(
+            stage=4,
+            model_path=warm["model"],
+            rows=rows,
+            out_dir=out_dir,
+            config=_config(),
+            stage_config=stage,
+            on_trainer=hook,
+        ),
+        EpisodeRollouts(
+            tasks=tasks, databases=warm["databases"], eval_config=EvalConfig(workers=2)
+        ),
+    )
+    history = json.loads((out_dir / "episodes-rank0.json").read_text())["history"]
+    return output, history, seen[0]
+
+
+def per_step(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(mean episode reward, share of episodes that ran execute_sql before submitting) of
+    each step's generation batch."""
+    out = []
+    for start in range(0, len(history), BATCH):
+        batch = history[start : start + BATCH]
+        rewards = [e["reward"] or 0.0 for e in batch]
+        explored = [
+            "execute_sql" in e["tools"][: _index(e["tools"], "submit_solution")] for e in batch
+        ]
+        out.append((sum(rewards) / len(batch), sum(explored) / len(batch)))
+    return out
+
+
+def _index(items: list[str], item: str) -> int:
+    return items.index(item) if item in items else len(items)
+
+
+def learning_problems(steps: list[tuple[float, float]], weight_change: float) -> list[str]:
+    """What keeps a stage-4 run from counting as learning (empty: it learned): over the
+    last three steps against the first three (96 episodes each), the mean episode reward
+    must rise by 0.2 and the share of episodes that explore before submitting by 0.3; the
+    weights must move."""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    problems = []
+    first_reward, last_reward = mean([r for r, _ in steps[:3]]), mean([r for r, _ in steps[-3:]])
+    first_look, last_look = mean([x for _, x in steps[:3]]), mean([x for _, x in steps[-3:]])
+    if last_reward < first_reward + 0.2:
+        problems.append(f"mean episode reward did not rise: {first_reward:.3f} → {last_reward:.3f}")
+    if last_look < first_look + 0.3:
+        problems.append(f"exploring did not spread: {first_look:.3f} → {last_look:.3f}")
+    if not weight_change:
+        problems.append(f"weights did not move (‖Δθ‖/‖θ‖ = {weight_change})")
+    return problems
+
+
+def _cut_reward_from_loss(trainer: Any) -> None:
+    """Rewards are still computed and logged; the advantages that carry them into the loss
+    are zeroed."""
+    original = trainer._generate_and_score_completions
+
+    def no_advantage(inputs: Any) -> Any:
+        batch = original(inputs)
+        batch["advantages"] = batch["advantages"] * 0
+        return batch
+
+    trainer._generate_and_score_completions = no_advantage
+
+
+def _reward_to_wrong_trajectory(trainer: Any) -> None:
+    """Each episode's reward reaches the completion of its neighbour in the batch (a
+    misaligned environment pool, say)."""
+    original = trainer._calculate_rewards
+
+    def shifted(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **kwargs).roll(1, dims=0)
+
+    trainer._calculate_rewards = shifted
+
+
+BREAKS: dict[str, dict[str, Any]] = {
+    "intact": {},
+    "reward-cut-from-loss": {"on_trainer": _cut_reward_from_loss},
+    "reward-to-wrong-trajectory": {"on_trainer": _reward_to_wrong_trajectory},
+    "episode-cut-before-submission": {"max_tool_calls": 1},
+}
+
+
+@pytest.mark.parametrize("broken", list(BREAKS))
+def test_stage4_learns_to_explore_through_the_environment(
+    warm: dict[str, Any], broken: str
+) -> None:
+    started = time.monotonic()
+    output, history, trainer = _grpo(warm, broken, **BREAKS[broken])
+    seconds = time.monotonic() - started
+    summary = summarize("grpo", output.log_history)
+    steps = per_step(history)
+    print(f"stage 4 ({broken}): {seconds:.1f} s, per step (reward, explored) {steps}, {summary}")
+    # the model sees exactly the two tools of stage 2's prompts, no other public method
+    assert (
+        sorted(trainer._env_tools[None][i].__name__ for i in range(2))
+        == [
+            "execute_sql",
+            "submit_solution",
+        ]
+        and len(trainer._env_tools[None]) == 2
+    )
+    assert len(steps) == STEPS and len(history) == STEPS * BATCH
+    # the reward TRL logged is the environment's (a fresh-replica score per episode)
+    logged = [e["reward"] for e in output.log_history if "reward" in e]
+    assert logged == pytest.approx([r for r, _ in steps], abs=1e-6)
+    # the warm start explores sometimes, not always: groups hold both kinds
+    assert 0.02 < steps[0][1] < 0.6, steps[0]
+    problems = learning_problems(steps, summary["weight_change"])
+    if broken == "intact":
+        assert problems == []
+    else:
+        assert problems, f"the learnability check passed although {broken}"
+    if broken == "reward-cut-from-loss":
+        assert summary["weight_change"] == 0
