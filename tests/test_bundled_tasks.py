@@ -16,7 +16,9 @@ from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, valida
 from birdrl.tasks import Category, Task
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
+from birdrl.tasks.bundled.easy import write_easy_split
 from birdrl.tasks.bundled.splits import make_splits, tasks_dir
+from birdrl.tasks.overlap import find_overlap, normalize_text
 
 MUTATING = ("UPDATE", "DELETE", "INSERT", "ALTER", "CREATE", "DROP", "REPLACE")
 
@@ -33,7 +35,7 @@ def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def splits(db_root: Path) -> dict[str, list[Task]]:
     out = {}
-    for split in ("train", "test"):
+    for split in ("train", "test", "test-easy"):
         bench = open_benchmark(f"bundled:{split}", db_root)
         assert not bench.tasks.skipped
         out[split] = [t for t in bench.tasks if isinstance(t, Task)]
@@ -69,7 +71,27 @@ def test_management_tasks_change_state_and_have_tests(splits: dict[str, list[Tas
             )
 
 
-@pytest.mark.parametrize("split", ["train", "test"])
+def test_shipped_easy_split_is_what_the_builder_makes(db_root: Path, tmp_path: Path) -> None:
+    built = write_easy_split(tmp_path / "easy.jsonl", db_root).read_text(encoding="utf-8")
+    shipped = (tasks_dir() / "test-easy.jsonl").read_text(encoding="utf-8")
+    assert shipped == built, "test-easy.jsonl is stale: run python -m birdrl.tasks.bundled.easy"
+
+
+def test_easy_split_comes_from_the_test_side_only(splits: dict[str, list[Task]]) -> None:
+    easy, test, train = splits["test-easy"], splits["test"], splits["train"]
+    assert len(easy) >= 24 and {t.db_id for t in easy} == set(BUNDLED_DB_IDS)
+    assert find_overlap(easy, train) == [] and find_overlap(test, train) == []
+    # every reference solution is its source test task's, and each bug is one edit of it
+    sources = {t.instance_id: t for t in test}
+    for task in easy:
+        record = task.to_record()
+        source = sources[record["source"]]
+        assert [normalize_text(s) for s in task.sol_sql] == [normalize_text(source.sol_sql[0])]
+        assert len(task.issue_sql) == 1 and record["mutation"], task.instance_id
+        assert normalize_text(task.issue_sql[0]) != normalize_text(task.sol_sql[0])
+
+
+@pytest.mark.parametrize("split", ["train", "test", "test-easy"])
 def test_every_task_is_valid(splits: dict[str, list[Task]], db_root: Path, split: str) -> None:
     tasks = splits[split]
     databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
@@ -78,7 +100,7 @@ def test_every_task_is_valid(splits: dict[str, list[Task]], db_root: Path, split
     assert not invalid, "\n".join(invalid)
 
 
-@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("split", ["train", "test", "test-easy"])
 def test_gold_scores_100_and_issue_scores_0(splits, db_root: Path, split: str) -> None:
     tasks = splits[split]
     databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}

@@ -283,3 +283,20 @@ def test_budget_checks_section(tmp_path: Path) -> None:
     assert rows["stage2.max_length"][-1] == "ok"
     text = write_report(tmp_path, [], title="t", config_summary={}, budgets=[]).read_text()
     assert "Nothing to check against" in text
+
+
+def test_easy_split_has_its_own_labelled_table(tmp_path: Path) -> None:
+    records = _records()
+    plain = write_report(tmp_path / "plain", records, title="t", config_summary=SUMMARY)
+    assert "easy held-out split" not in plain.read_text(encoding="utf-8")
+    records[0].easy_evaluation = _eval(0.25, 0.5, 0.0, mean_reward=0.3)
+    records[-1].easy_evaluation = _eval(0.5, 0.75, 0.25, mean_reward=0.55)
+    text = write_report(tmp_path / "easy", records, title="t", config_summary=SUMMARY).read_text(
+        encoding="utf-8"
+    )
+    main, easy = text.split("## Success rate on the easy held-out split")
+    assert "single-edit bugs synthesized from the held-out test split" in easy
+    # the easy figures are in the easy table only, the benchmark's in the main one only
+    assert "0.550" in easy.split("## Held-out tasks")[0] and "0.550" not in main
+    assert "25.0% → 50.0% (+25.0 pts)" in easy
+    assert StageRecord.from_dict(json.loads(json.dumps(records[-1].to_dict()))) == records[-1]

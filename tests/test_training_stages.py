@@ -246,6 +246,24 @@ def test_resume_may_reconfigure_stages_not_started(smoke: dict[str, Any], tmp_pa
     assert second.records[2].notes[0] == f"started from {first.records[1].model_dir}"
 
 
+def test_a_later_stage_never_silently_skips_a_lost_model(
+    smoke: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run whose stage-1 record names a model that is not there (a relative path
+    read from another directory) refuses to train stage 2 from the base model instead."""
+    config = smoke["config"]
+    run_dir = tmp_path / "moved"
+    run_curriculum(config, run_dir, stages=[1])
+    record_path = run_dir / "stage1" / "record.json"
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record["model_dir"] = "runs/elsewhere/stage1/model"
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="stage 1 finished earlier .* is not there"):
+        run_curriculum(config, run_dir, stages=[2], resume=True)
+    assert not (run_dir / "stage2" / "record.json").exists()
+
+
 def test_vllm_server_mode_reaches_trls_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,5 @@
 """Opening a task set with its databases: a task file plus a database root, or the bundled
-benchmark (``bundled:train`` / ``bundled:test``, and its text-to-SQL set
+benchmark (``bundled:train`` / ``bundled:test`` / ``bundled:test-easy``, and its text-to-SQL set
 ``bundled:text2sql-train`` / ``bundled:text2sql-test``), which needs no download."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ __all__ = [
     "task_file",
 ]
 
-BUNDLED_SPLITS = ("train", "test")
-"""The bundled SQL-debugging splits (``tasks/{split}.jsonl``)."""
+BUNDLED_SPLITS = ("train", "test", "test-easy")
+"""The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` is synthesized
+from ``test`` (`birdrl.tasks.bundled.easy`)."""
 BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")
 """The bundled text-to-SQL splits (``tasks/text2sql/{train,test}.jsonl``)."""
 

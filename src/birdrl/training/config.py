@@ -166,6 +166,10 @@ class CurriculumConfig:
     """Starting model: ``embedded``, a local directory, or a hub id (needs network)."""
     tasks: str = "bundled:train"
     eval_tasks: str = "bundled:test"
+    easy_eval_tasks: str | None = None
+    """A second held-out set evaluated after each stage and reported apart, labelled
+    easy (``bundled:test-easy``: single-edit bugs synthesized from the test split's
+    solutions), for models too small to move the success rate on ``eval_tasks``."""
     text2sql_tasks: str | None = "bundled:text2sql-train"
     """Text-to-SQL source for multi-task mixing (used when a stage's ``text2sql_ratio`` > 0)."""
     db_root: str | None = None

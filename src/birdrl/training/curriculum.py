@@ -205,6 +205,15 @@ class _Run:
         self.eval_tasks = stratified_subset(
             self.held_out.debugging_tasks(), cfg.evaluation.limit, cfg.seed
         )
+        self.easy: Benchmark | None = None
+        self.easy_tasks: list[Task] = []
+        if cfg.easy_eval_tasks:
+            self.easy = open_benchmark(cfg.easy_eval_tasks, cfg.db_root)
+            self.easy_tasks = stratified_subset(
+                self.easy.debugging_tasks(), cfg.evaluation.limit, cfg.seed
+            )
+        self.easy_results: dict[int, dict[str, Any]] = {}
+        """Stage -> its evaluation on the easy split (`easy_eval_tasks`)."""
         self.text2sql: list[TextToSQLTask] = []
         self.text2sql_bench: Benchmark | None = None
         if cfg.stage3.text2sql_ratio > 0:
@@ -277,6 +286,20 @@ class _Run:
         variant): a dataset is a function of the config, which a run keeps fixed."""
         return self.run_dir / f"stage{stage}" / "data" / "data.jsonl"
 
+    def check_not_lost(self, stage: int) -> None:
+        """Raise when a stage that is not run now has a record whose model is gone: the
+        next stage would silently start from an earlier model instead of this one's."""
+        path = self.record_path(stage)
+        if path.is_file() and self.load_record(stage) is None:
+            model_dir = json.loads(path.read_text(encoding="utf-8")).get("model_dir")
+            raise ConfigError(
+                f"stage {stage} finished earlier ({path}), but its model {model_dir} is not "
+                f"there (moved, deleted, or a relative path read from another directory: "
+                f"this is {Path.cwd()}); later stages would start from an earlier model. "
+                f"Run from the directory the run was started in, or add stage {stage} to "
+                "--stages to train it again"
+            )
+
     def load_record(self, stage: int) -> StageRecord | None:
         path = self.record_path(stage)
         if not path.is_file():
@@ -303,6 +326,9 @@ class _Run:
             "model": cfg.model,
             "train tasks": f"{cfg.tasks} ({len(self.debug_tasks)} debugging tasks)",
             "held-out tasks": f"{cfg.eval_tasks} ({len(self.eval_tasks)} evaluated, agent mode)",
+            "easy held-out tasks": f"{cfg.easy_eval_tasks} ({len(self.easy_tasks)} evaluated)"
+            if self.easy is not None
+            else "none",
             "fine-tuning": f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "full",
             "stage 3 reward": cfg.stage3.reward,
             "stage 4 KL beta": cfg.stage4.beta,
@@ -367,24 +393,40 @@ class _Run:
         return stage.train(self, job)
 
     def evaluate(self, stage: int, model: Path | str) -> dict[str, Any] | None:
-        """Evaluate on the main process (the others wait at the next barrier)."""
+        """Evaluate on the main process (the others wait at the next barrier); the easy
+        split's result, when there is one, goes to `easy_results`."""
         if not self.dist.is_main:
             return None
-        self.say(f"stage {stage}: evaluating on {len(self.eval_tasks)} held-out tasks")
+        if self.easy is not None:
+            self.easy_results[stage] = self._evaluate_on(
+                stage, model, self.easy_tasks, self.easy, "easy held-out", "_easy"
+            )
+        return self._evaluate_on(stage, model, self.eval_tasks, self.held_out, "held-out", "")
+
+    def _evaluate_on(
+        self,
+        stage: int,
+        model: Path | str,
+        tasks: list[Task],
+        bench: Benchmark,
+        label: str,
+        suffix: str,
+    ) -> dict[str, Any]:
+        self.say(f"stage {stage}: evaluating on {len(tasks)} {label} tasks")
         t0 = time.monotonic()
         result = evaluate_policy(
             model,
-            self.eval_tasks,
-            self.held_out,
+            tasks,
+            bench,
             self.config,
             self.eval_config,
-            trajectories=self.run_dir / f"stage{stage}" / "eval_trajectories.jsonl",
-            progress=self.counter(f"stage {stage}: evaluating", len(self.eval_tasks)),
+            trajectories=self.run_dir / f"stage{stage}" / f"eval_trajectories{suffix}.jsonl",
+            progress=self.counter(f"stage {stage}: evaluating ({label})", len(tasks)),
             generation=self.generation,
         )
         result["seconds"] = round(time.monotonic() - t0, 1)
         self.say(
-            f"stage {stage}: success rate {result['success_rate']:.1%}, mean reward "
+            f"stage {stage} ({label}): success rate {result['success_rate']:.1%}, mean reward "
             f"{result['mean_reward']:.3f}, {result['submitted']} of {result['n']} episodes "
             f"submitted ({result['seconds']:.0f} s)"
         )
@@ -469,6 +511,7 @@ def run_curriculum(
                     evaluation,
                     [],
                     generation=state.generation.record("base"),
+                    easy_evaluation=state.easy_results.get(0),
                 )
                 state.save_record(record)
             else:
@@ -485,6 +528,7 @@ def run_curriculum(
                 model = previous.model_dir
                 continue
             if stage.number not in selected or not stage.settings(config).enabled:
+                state.check_not_lost(stage.number)
                 continue
             output = state.train_stage(stage, model)
             model = output.model_dir
@@ -499,6 +543,7 @@ def run_curriculum(
                 evaluation,
                 output.notes,
                 generation=state.generation.record(stage.kind, training=True),
+                easy_evaluation=state.easy_results.get(stage.number),
             )
             state.save_record(record)
             state.report()

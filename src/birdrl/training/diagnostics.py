@@ -51,6 +51,7 @@ EPISODE_KEYS = (
     "episodes/valid_tool_calls_per_episode",
     "episodes/submissions_per_episode",
     "episodes/with_tool_call",
+    "episodes/looked_first",
     "episodes/solved_per_episode",
 )
 
@@ -165,7 +166,14 @@ class DiagnosticsCallback:
         self.warn = warn or logger.warning
         self.warnings: list[str] = []
         self._quiet_run = 0
-        self._seen = {"episodes": 0, "tool_calls": 0, "submitted": 0, "solved": 0, "with_tool": 0}
+        self._seen = {
+            "episodes": 0,
+            "tool_calls": 0,
+            "submitted": 0,
+            "solved": 0,
+            "with_tool": 0,
+            "looked": 0,
+        }
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
         if not logs or "loss" not in logs:  # the end-of-training summary, evaluations
@@ -189,6 +197,7 @@ class DiagnosticsCallback:
         stats = self.episode_stats
         if stats is None:
             return {}
+        looked = stats.explored()
         with stats.lock:
             now = {
                 "episodes": stats.episodes,
@@ -196,6 +205,7 @@ class DiagnosticsCallback:
                 "submitted": stats.submitted,
                 "solved": stats.solved,
                 "with_tool": stats.with_tool_call,
+                "looked": looked,
             }
         new = {k: now[k] - self._seen[k] for k in now}
         self._seen = now
@@ -207,6 +217,7 @@ class DiagnosticsCallback:
             "episodes/valid_tool_calls_per_episode": new["tool_calls"] / n,
             "episodes/submissions_per_episode": new["submitted"] / n,
             "episodes/with_tool_call": new["with_tool"] / n,
+            "episodes/looked_first": new["looked"] / n,
             "episodes/solved_per_episode": new["solved"] / n,
         }
 
@@ -364,6 +375,7 @@ def summarize(kind: str, log_history: Sequence[Mapping[str, Any]]) -> dict[str, 
             valid_tool_calls_per_episode=weighted("episodes/valid_tool_calls_per_episode"),
             submissions_per_episode=weighted("episodes/submissions_per_episode"),
             episodes_with_tool_call=weighted("episodes/with_tool_call"),
+            episodes_looked_first=weighted("episodes/looked_first"),
             solved_per_episode=weighted("episodes/solved_per_episode"),
         )
     return out

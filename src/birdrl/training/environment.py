@@ -36,7 +36,14 @@ from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
 
-__all__ = ["EpisodeStats", "SQLActToolEnv", "ToolEnvSession", "tool_methods", "tool_schemas"]
+__all__ = [
+    "EpisodeStats",
+    "SQLActToolEnv",
+    "ToolEnvSession",
+    "explored_first",
+    "tool_methods",
+    "tool_schemas",
+]
 
 EPISODE_OVER = (
     "The episode is over: the solution was already submitted or the tool budget is spent."
@@ -63,14 +70,10 @@ class EpisodeStats:
         """Every episode in order: trajectory id, task, the tools it called, its reward
         (None after an infrastructure failure)."""
 
-    def explored(self) -> list[bool]:
-        """Per episode (in order): whether it ran ``execute_sql`` before its first
-        submission (an episode that never submitted counts if it ran one)."""
+    def explored(self) -> int:
+        """Episodes that looked at the database before submitting (`explored_first`)."""
         with self.lock:
-            return [
-                "execute_sql" in e["tools"][: _first(e["tools"], "submit_solution")]
-                for e in self.history
-            ]
+            return sum(explored_first(e["tools"]) for e in self.history)
 
     def to_dict(self) -> dict[str, object]:
         with self.lock:
@@ -87,9 +90,11 @@ class EpisodeStats:
             }
 
 
-def _first(items: list[str], item: str) -> int:
-    """The index of `item`'s first occurrence in `items` (its length when absent)."""
-    return items.index(item) if item in items else len(items)
+def explored_first(tools: list[str]) -> bool:
+    """Whether an episode that called `tools` (in order) ran ``execute_sql`` before its
+    first ``submit_solution`` (or at all, when it never submitted)."""
+    end = tools.index("submit_solution") if "submit_solution" in tools else len(tools)
+    return "execute_sql" in tools[:end]
 
 
 class ToolEnvSession:
@@ -253,12 +258,13 @@ class SQLActToolEnv:
             reason = result.stop_reason
             if reason is StopReason.INFRA_ERROR:
                 self._reward = None
-                self._record["reward"] = None
                 with stats.lock:
                     stats.infra_errors += 1
+                    self._record["reward"] = None
             else:
                 self._reward = float(result.reward)
-                self._record["reward"] = self._reward
+                with stats.lock:
+                    self._record["reward"] = self._reward
                 if reason is StopReason.SUBMITTED:
                     with stats.lock:
                         stats.submitted += 1

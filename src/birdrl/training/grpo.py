@@ -251,8 +251,8 @@ def _note_episodes(stats: EpisodeStats, out_dir: Path, notes: list[str]) -> None
     where = f"rank {dist.rank}: " if dist.distributed else ""
     notes.append(
         f"{where}episodes {stats.episodes}: submitted {stats.submitted}, solved "
-        f"{stats.solved}, tool calls {stats.tool_calls}, infrastructure errors "
-        f"{stats.infra_errors}"
+        f"{stats.solved}, tool calls {stats.tool_calls}, looked at the database before "
+        f"submitting {stats.explored()}, infrastructure errors {stats.infra_errors}"
     )
 
 

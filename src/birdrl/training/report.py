@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,12 @@ __all__ = ["ReportError", "StageRecord", "markdown_table", "number_cell", "write
 
 DASH = "—"
 KINDS = ("base", "sft", "grpo")
+EASY_LEGEND = (
+    "Easy split: single-edit bugs synthesized from the held-out test split's reference "
+    "solutions (a flipped ORDER BY, a LIMIT off by one, SUM for AVG, ...), never from "
+    "training tasks and checked for text overlap with them; easier than the benchmark, so "
+    "a small model's changes show. Not comparable with published numbers."
+)
 
 
 class ReportError(BirdrlError):
@@ -44,6 +50,9 @@ class StageRecord:
     """What generated in each phase (`birdrl.training.generation.RunGeneration.record`):
     the plan, the bf16 capability found, the engine and dtype of the evaluation, of the
     GRPO rollouts and of training; None in records written before it existed."""
+    easy_evaluation: dict[str, Any] | None = None
+    """The same measurement as `evaluation` on the run's easy held-out split
+    (``easy_eval_tasks``); None without one."""
     diagnostics: dict[str, Any] | None = None
     """Learning-signal summary (`birdrl.training.diagnostics.summarize`); derived from
     `log_history` when not given (and for records written before it existed)."""
@@ -295,7 +304,7 @@ def _signal_row(r: StageRecord) -> list[str]:
     change = finite_number(d.get("weight_change"))
     moved = DASH if change is None else ("0 (unchanged)" if change == 0 else f"{change:.2e}")
     if r.kind != "grpo":
-        return [str(r.stage), r.name, moved] + [DASH] * 6
+        return [str(r.stage), r.name, moved] + [DASH] * 7
     groups, quiet = d.get("groups"), d.get("groups_no_signal")
     share = _pct(finite_number(d.get("no_signal_share")))
     no_signal = f"{quiet}/{groups} ({share})" if isinstance(groups, int) else share
@@ -313,6 +322,7 @@ def _signal_row(r: StageRecord) -> list[str]:
         calls,
         subs,
         _pct(finite_number(d.get("episodes_with_tool_call"))),
+        _pct(finite_number(d.get("episodes_looked_first"))),
     ]
 
 
@@ -331,6 +341,7 @@ def _signal_section(records: Sequence[StageRecord]) -> list[str]:
         "valid tool calls / episode",
         "submissions / episode",
         "episodes with a tool call",
+        "looked before submitting",
     ]
     lines = markdown_table(header, [_signal_row(r) for r in trained])
     lines += [
@@ -527,6 +538,10 @@ def write_report(
     ]
     lines += ["", "## Learning signal", "", *_signal_section(records)]
     lines += ["", "## Success rate", "", *_sr_section(records), ""]
+    if any(r.easy_evaluation is not None for r in records):
+        easy = [replace(r, evaluation=r.easy_evaluation) for r in records]
+        lines += ["## Success rate on the easy held-out split", "", EASY_LEGEND, ""]
+        lines += [*_sr_section(easy), ""]
     lines += ["## Held-out tasks", "", *_tasks_section(records, held_out), ""]
     lines += ["## Plots", ""]
     if skipped:
