@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grpo_breaks import cut_reward_from_loss
 
 pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
 
@@ -161,26 +162,13 @@ def learning_problems(summary: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _cut_reward_from_loss(trainer: Any) -> None:
-    """Rewards are still computed and logged; the advantages that carry them into the loss
-    are zeroed."""
-    original = trainer._generate_and_score_completions
-
-    def no_advantage(inputs: Any) -> Any:
-        batch = original(inputs)
-        batch["advantages"] = batch["advantages"] * 0
-        return batch
-
-    trainer._generate_and_score_completions = no_advantage
-
-
 @pytest.mark.parametrize("cut", [False, True], ids=["reward-reaches-loss", "reward-cut-from-loss"])
 def test_grpo_learns_when_the_reward_is_reachable(warm: dict[str, Any], cut: bool) -> None:
     output, _, seconds = _grpo(
         warm,
         f"grpo-{cut}",
         "SELECT COUNT(*) FROM t",
-        on_trainer=_cut_reward_from_loss if cut else None,
+        on_trainer=cut_reward_from_loss if cut else None,
     )
     summary = summarize("grpo", output.log_history)
     summary["rewards"] = [e["reward"] for e in output.log_history if "reward" in e]

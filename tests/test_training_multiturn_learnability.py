@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from grpo_breaks import cut_reward_from_loss, reward_to_wrong_trajectory
 
 pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
 
@@ -240,34 +241,10 @@ def learning_problems(steps: list[tuple[float, float]], weight_change: float) ->
     return problems
 
 
-def _cut_reward_from_loss(trainer: Any) -> None:
-    """Rewards are still computed and logged; the advantages that carry them into the loss
-    are zeroed."""
-    original = trainer._generate_and_score_completions
-
-    def no_advantage(inputs: Any) -> Any:
-        batch = original(inputs)
-        batch["advantages"] = batch["advantages"] * 0
-        return batch
-
-    trainer._generate_and_score_completions = no_advantage
-
-
-def _reward_to_wrong_trajectory(trainer: Any) -> None:
-    """Each episode's reward reaches the completion of its neighbour in the batch (a
-    misaligned environment pool, say)."""
-    original = trainer._calculate_rewards
-
-    def shifted(*args: Any, **kwargs: Any) -> Any:
-        return original(*args, **kwargs).roll(1, dims=0)
-
-    trainer._calculate_rewards = shifted
-
-
 BREAKS: dict[str, dict[str, Any]] = {
     "intact": {},
-    "reward-cut-from-loss": {"on_trainer": _cut_reward_from_loss},
-    "reward-to-wrong-trajectory": {"on_trainer": _reward_to_wrong_trajectory},
+    "reward-cut-from-loss": {"on_trainer": cut_reward_from_loss},
+    "reward-to-wrong-trajectory": {"on_trainer": reward_to_wrong_trajectory},
     "episode-cut-before-submission": {"max_tool_calls": 1},
 }
 
