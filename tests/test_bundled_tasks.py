@@ -16,7 +16,7 @@ from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, valida
 from birdrl.tasks import Category, Task
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
-from birdrl.tasks.bundled.easy import write_easy_split
+from birdrl.data.easy_split import write_easy_split
 from birdrl.tasks.bundled.splits import make_splits, tasks_dir
 from birdrl.tasks.overlap import find_overlap, normalize_text
 
@@ -74,7 +74,7 @@ def test_management_tasks_change_state_and_have_tests(splits: dict[str, list[Tas
 def test_shipped_easy_split_is_what_the_builder_makes(db_root: Path, tmp_path: Path) -> None:
     built = write_easy_split(tmp_path / "easy.jsonl", db_root).read_text(encoding="utf-8")
     shipped = (tasks_dir() / "test-easy.jsonl").read_text(encoding="utf-8")
-    assert shipped == built, "test-easy.jsonl is stale: run python -m birdrl.tasks.bundled.easy"
+    assert shipped == built, "test-easy.jsonl is stale: run python -m birdrl.data.easy_split"
 
 
 def test_easy_split_comes_from_the_test_side_only(splits: dict[str, list[Task]]) -> None:

@@ -24,7 +24,7 @@ __all__ = [
 
 BUNDLED_SPLITS = ("train", "test", "test-easy")
 """The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` is synthesized
-from ``test`` (`birdrl.tasks.bundled.easy`)."""
+from ``test`` (`birdrl.data.easy_split`)."""
 BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")
 """The bundled text-to-SQL splits (``tasks/text2sql/{train,test}.jsonl``)."""
 

@@ -399,9 +399,9 @@ class _Run:
             return None
         if self.easy is not None:
             self.easy_results[stage] = self._evaluate_on(
-                stage, model, self.easy_tasks, self.easy, "easy held-out", "_easy"
+                stage, model, self.easy_tasks, self.easy, easy=True
             )
-        return self._evaluate_on(stage, model, self.eval_tasks, self.held_out, "held-out", "")
+        return self._evaluate_on(stage, model, self.eval_tasks, self.held_out, easy=False)
 
     def _evaluate_on(
         self,
@@ -409,9 +409,12 @@ class _Run:
         model: Path | str,
         tasks: list[Task],
         bench: Benchmark,
-        label: str,
-        suffix: str,
+        *,
+        easy: bool,
     ) -> dict[str, Any]:
+        label, suffix, split = (
+            ("easy held-out", "_easy", " (easy split)") if easy else ("held-out", "", "")
+        )
         self.say(f"stage {stage}: evaluating on {len(tasks)} {label} tasks")
         t0 = time.monotonic()
         result = evaluate_policy(
@@ -421,12 +424,12 @@ class _Run:
             self.config,
             self.eval_config,
             trajectories=self.run_dir / f"stage{stage}" / f"eval_trajectories{suffix}.jsonl",
-            progress=self.counter(f"stage {stage}: evaluating ({label})", len(tasks)),
+            progress=self.counter(f"stage {stage}: evaluating{split}", len(tasks)),
             generation=self.generation,
         )
         result["seconds"] = round(time.monotonic() - t0, 1)
         self.say(
-            f"stage {stage} ({label}): success rate {result['success_rate']:.1%}, mean reward "
+            f"stage {stage}{split}: success rate {result['success_rate']:.1%}, mean reward "
             f"{result['mean_reward']:.3f}, {result['submitted']} of {result['n']} episodes "
             f"submitted ({result['seconds']:.0f} s)"
         )

@@ -9,7 +9,7 @@ split's reference solutions (single-statement tasks without setup SQL), never a 
 task's, and the split is built only when no text of it (user issue, buggy or reference SQL)
 occurs in the training split (`birdrl.tasks.overlap`).
 
-Run ``python -m birdrl.tasks.bundled.easy`` after changing the test split or the
+Run ``python -m birdrl.data.easy_split`` after changing the test split or the
 synthesizer; a test checks that the shipped file is what this produces.
 """
 
