@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from birdrl.cli import app
+from birdrl.data.easy_split import write_easy_split
 from birdrl.evaluation import EvalConfig
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, validate_tasks
 from birdrl.tasks import Category, Task
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
-from birdrl.data.easy_split import write_easy_split
 from birdrl.tasks.bundled.splits import make_splits, tasks_dir
 from birdrl.tasks.overlap import find_overlap, normalize_text
 
