@@ -15,12 +15,14 @@ synthesizer; a test checks that the shipped file is what this produces.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 from birdrl.data.sql_examples import SQLExample
 from birdrl.data.synthesize import synthesize_tasks
 from birdrl.errors import BirdrlError
+from birdrl.tasks.benchmark import bundled_task_file, open_benchmark
 from birdrl.tasks.model import Task
 from birdrl.tasks.overlap import find_overlap
 
@@ -58,10 +60,6 @@ def write_easy_split(path: Path | None = None, db_root: Path | None = None) -> P
     """Build the split from the bundled test and train splits (databases under `db_root`,
     default: the per-user cache) and write it (JSONL in the official format) to `path`
     (default: the shipped file); returns the path."""
-    import json
-
-    from birdrl.tasks.benchmark import bundled_task_file, open_benchmark
-
     test = open_benchmark("bundled:test", db_root)
     train = open_benchmark("bundled:train", db_root).debugging_tasks()
     tasks = build_easy_split(test.debugging_tasks(), train, test.databases)

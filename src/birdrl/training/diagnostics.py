@@ -166,14 +166,8 @@ class DiagnosticsCallback:
         self.warn = warn or logger.warning
         self.warnings: list[str] = []
         self._quiet_run = 0
-        self._seen = {
-            "episodes": 0,
-            "tool_calls": 0,
-            "submitted": 0,
-            "solved": 0,
-            "with_tool": 0,
-            "looked": 0,
-        }
+        self._seen: dict[str, int] = {}
+        """The episode counters at the last log (none before the first)."""
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
         if not logs or "loss" not in logs:  # the end-of-training summary, evaluations
@@ -207,7 +201,7 @@ class DiagnosticsCallback:
                 "with_tool": stats.with_tool_call,
                 "looked": looked,
             }
-        new = {k: now[k] - self._seen[k] for k in now}
+        new = {k: now[k] - self._seen.get(k, 0) for k in now}
         self._seen = now
         n = new["episodes"]
         if n <= 0:
