@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
 
-from birdrl.training.config import apply_overrides, load_preset  # noqa: E402
+from birdrl.training.config import ConfigError, apply_overrides, load_preset  # noqa: E402
 from birdrl.training.curriculum import _Run, run_curriculum  # noqa: E402
 
 
@@ -24,6 +24,19 @@ def test_tiny_subsets_span_databases_and_categories(tmp_path: Path) -> None:
     rows = run.stage_data(1).rows
     assert len(rows) == 12 and len({r["db_id"] for r in rows}) == 6
     assert {r["category"] for r in rows} == {"Query", "Management", "Personalization"}
+
+
+def test_held_out_tasks_that_overlap_training_warn_or_refuse(tmp_path: Path) -> None:
+    clean = _Run(load_preset("tiny"), tmp_path / "clean", None)
+    assert clean.overlap.describe() == "none of 24 tasks share text"  # held-out and easy
+    said: list[str] = []
+    leaky = apply_overrides(load_preset("tiny"), ["eval_tasks='bundled:train'"])
+    run = _Run(leaky, tmp_path / "leaky", said.append)
+    assert run.overlap.describe().startswith("12 of 24 tasks share text (query 12, db_query 12")
+    assert [m for m in said if m.startswith("warning: held-out tasks overlap the training")]
+    refused = apply_overrides(leaky, ["refuse_overlap=true"])
+    with pytest.raises(ConfigError, match="refused \\(refuse_overlap = true\\)"):
+        _Run(refused, tmp_path / "refused", None)
 
 
 def test_a_run_warns_reports_budgets_and_shows_each_task(tmp_path: Path) -> None:

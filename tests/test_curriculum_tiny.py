@@ -47,7 +47,12 @@ def test_tiny_preset_runs_all_four_stages(tmp_path: Path) -> None:
     stage4 = result.records[4].diagnostics or {}
     assert stage4["no_signal_share"] <= 0.75 and stage4["weight_change"] > 0, stage4
     assert all(r.easy_evaluation is not None for r in result.records)  # the easy split
+    # held-out scores as the official evaluator gives them, rewards strict
+    assert all(
+        r.semantics == {"evaluation": "official", "reward": "strict"} for r in result.records
+    )
     report = result.report.read_text()
     assert "Success rate" in report and (tmp_path / "tiny" / "plots" / "success_rate.png").is_file()
     assert "## Success rate on the easy held-out split" in report
+    assert "| scoring semantics | held-out official, rewards strict" in report
     assert minutes <= 20, f"the tiny preset took {minutes:.1f} min (budget 20)"

@@ -1,7 +1,7 @@
 """Scoring, the SQL-Act environment and TRL's stage-4 tool environment on MySQL replicas,
 with native MySQL tasks written for the shop template of `test_mysql_pool` (one per
 category, a multi-statement management task with stored-program text, and a default-test
-query): gold scores 100%, the issue SQL 0%, the scripted explorer solves them through the
+query): gold scores 100%, the issue SQL 0% under strict semantics (a third officially), the scripted explorer solves them through the
 environment, and the stage-4 environment's reward is the evaluator's."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from birdrl.agents.registry import make_agent
 from birdrl.dialects.mysql.local import LocalMariaDB
 from birdrl.dialects.mysql.server import MySQLServer
 from birdrl.evaluation import EvalConfig
+from birdrl.evaluation.semantics import Semantics
 from birdrl.evaluation.session import open_evaluator, scoring_session
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions
 from birdrl.tasks.model import Category, Task
@@ -91,9 +92,19 @@ def config(my: MySetup) -> EvalConfig:
 
 
 def test_gold_scores_everything_and_the_issue_sql_nothing(my: MySetup, config: EvalConfig) -> None:
-    for agent, rate in (("gold", 100.0), ("issue", 0.0)):
-        result = evaluate_suite(TASKS, my.templates, scripted_predictions(TASKS, agent), config)
-        assert result.summary.overall.rate == rate, [r.to_dict() for r in result.reports]
+    strict = replace(config, semantics=Semantics.STRICT)
+    # officially a task without tests is solved by any SQL that executes: the issue SQL of
+    # my_query_case scores; strict runs its default test there and it does not
+    for cfg, agent, rate in (
+        (strict, "gold", 100.0),
+        (strict, "issue", 0.0),
+        (config, "gold", 100.0),
+        (config, "issue", 100 / 3),
+    ):
+        result = evaluate_suite(TASKS, my.templates, scripted_predictions(TASKS, agent), cfg)
+        assert result.summary.overall.rate == pytest.approx(rate), [
+            r.to_dict() for r in result.reports
+        ]
     with open_evaluator(my.templates, config) as evaluator:  # the split the model submits
         script = "CREATE PROCEDURE p() BEGIN SELECT 1; SELECT 2; END; CALL p()"
         report = evaluator.evaluate(replace(TASKS[0], sol_sql=("SELECT 1",)), [script])
@@ -112,7 +123,8 @@ def test_the_stage4_environment_rewards_what_the_evaluator_scores(
     my: MySetup, config: EvalConfig
 ) -> None:
     tasks = {t.instance_id: t for t in TASKS}
-    with scoring_session(my.templates, replicas_per_db=2, eval_config=config) as (pool, evaluator):
+    strict = replace(config, semantics=Semantics.STRICT)  # the RL reward's semantics
+    with scoring_session(my.templates, replicas_per_db=2, eval_config=strict) as (pool, evaluator):
         session = ToolEnvSession(tasks, pool, evaluator)
         env = session.factory()
         for task in TASKS:

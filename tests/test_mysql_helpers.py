@@ -448,7 +448,7 @@ def test_session_execute_namespace_and_prelude(dsn: str, db: str) -> None:
         result, err, to, msg = session.execute(["SELECT nope", "SELECT 1"])
         assert (result, err, to) == (((1,),), True, False) and "nope" in msg
         assert session.execute(["SELECT SLEEP(2)"])[1:3] == (False, True)
-        ns = session.namespace(((1,),))
+        ns = session.namespace(((1,),), PhaseJob(db_path=dsn, sql=(), sol_sql=()))
         assert set(ns) == {
             "perform_query_on_mysql_databases",
             "execute_queries",

@@ -1,7 +1,8 @@
 """Reward integrity on both engines: for every exploration behaviour and every task of the
 bundled test split, the environment's reward and success equal those of the same final SQL
-scored fresh (what `birdrl eval --predictions` gives); and a meta-test shows the suite
-catches a regression to scoring on the exploration replica.
+scored fresh (what `birdrl eval --predictions` gives); a meta-test shows the suite catches
+a regression to scoring on the exploration replica; and on tasks without tests, official
+PostgreSQL/MySQL semantics reward a no-op submission while strict semantics do not.
 
 Add a behaviour with `birdrl.env.integrity.behaviour` and it is checked here on both
 engines."""
@@ -20,6 +21,7 @@ from birdrl.env.sqlact import EnvConfig, SQLActEnv
 from birdrl.evaluation.dialects import DialectRun
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 from birdrl.evaluation.runner import run_phase
+from birdrl.evaluation.semantics import Semantics
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.model import Task
@@ -131,6 +133,30 @@ def test_the_suite_catches_scoring_on_the_exploration_replica(engine: Engine) ->
     cases = probe.check(["apply_then_noop", "test_then_submit"], make_env=in_place)
     assert _disagreements(cases), "scoring in place went unnoticed"
     assert _disagreements(probe.check(["apply_then_noop", "test_then_submit"])) == []
+
+
+@pytest.mark.parametrize("semantics", list(Semantics))
+def test_official_semantics_rewards_any_sql_that_runs_on_a_task_without_tests(
+    engine: Engine, semantics: Semantics
+) -> None:
+    """The hole `strict` closes: with no test cases, the official PostgreSQL and MySQL
+    evaluators count any prediction that executes as solved, so an episode that submits
+    ``SELECT 1`` earns the full reward; strict runs its default test there (and SQLite's
+    official evaluator does too)."""
+    untested = [dataclasses.replace(t, test_cases=()) for t in engine.tasks[:4]]
+    config = dataclasses.replace(engine.evaluator.config, semantics=semantics)
+    with Evaluator(engine.pool, config, worker_id=engine.evaluator.worker_id) as evaluator:
+        probe = dataclasses.replace(
+            engine,
+            tasks=untested,
+            evaluator=evaluator,
+            make_env=lambda cfg: SQLActEnv(engine.pool, evaluator, cfg),
+        )
+        cases = probe.check(["apply_then_noop"])
+    assert len(cases) == len(untested) and _disagreements(cases) == []
+    hole = semantics is Semantics.OFFICIAL and engine.dialect != "sqlite"
+    assert [c.env_reward for c in cases] == [1.0 if hole else 0.0] * len(cases)
+    assert all(c.env_success is hole for c in cases)
 
 
 def test_unknown_behaviour_is_a_clear_error(sqlite_engine: Engine) -> None:

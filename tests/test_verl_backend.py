@@ -176,11 +176,13 @@ def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.tasks == str(tmp_path / "sub/tasks.jsonl")
     assert config.db_root == str(tmp_path / "dbs") and config.pool_root is None
     assert VerlConfig.from_mapping({"tasks": "bundled:train"}).tasks == "bundled:train"
+    assert VerlConfig.from_mapping({"tasks": "x"}).semantics == "strict"  # the RL reward's
     for bad, message in [
         ({"tasks": "x", "workers": 2}, "unknown key.*workers"),
         ({"tasks": "x", "replicas_per_db": 0}, "'replicas_per_db' has the wrong type"),
         ({"tasks": "x", "infra_error_score": True}, "'infra_error_score' has the wrong type"),
         ({"db_root": "x"}, "'tasks'.*is required"),
+        ({"tasks": "x", "semantics": "lenient"}, "'semantics': unknown scoring semantics"),
     ]:
         with pytest.raises(VerlConfigError, match=message):
             VerlConfig.from_mapping(bad)

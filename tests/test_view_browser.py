@@ -108,6 +108,9 @@ def test_run_page_to_task_to_episode(tab: Tab) -> None:
     tab.healthy()
     assert page.locator("table.stages tbody tr").count() == 5
     assert page.locator("svg.plot").count() >= 4  # per-stage evaluation + training curves
+    rows = page.locator("table.stages tbody tr")
+    assert "official" in rows.nth(0).inner_text()  # the scoring semantics of each stage
+    assert "official, reward strict" in rows.nth(3).inner_text()
     tab.shot("run")
     page = tab.click("table.stages a:has-text('tool-use SFT')")
     assert "#/tasks?col=2" in page.url

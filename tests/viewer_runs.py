@@ -93,6 +93,7 @@ def write_stage(
         "log_history": log,
         "evaluation": evaluation(trajectories) if trajectories is not None else None,
         "notes": [f"started from stage {stage - 1}"] if stage else [],
+        "semantics": {"evaluation": "official", "reward": "strict"},
     }
     (d / "record.json").write_text(json.dumps(record), encoding="utf-8")
     if trajectories is not None:

@@ -26,6 +26,7 @@ from birdrl.errors import BirdrlError
 from birdrl.evaluation.dialects import DialectRun, open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.metrics import Summary
+from birdrl.evaluation.semantics import EVAL_SEMANTICS, Semantics
 from birdrl.evaluation.suite import (
     Predictions,
     check_scorable,
@@ -109,6 +110,14 @@ def eval_command(
         bool,
         typer.Option(help="Do not reproduce the official evaluator's quirks (scores then differ)."),
     ] = False,
+    semantics: Annotated[
+        str,
+        typer.Option(
+            help="official: each engine's official BIRD-CRITIC verdicts (comparable with "
+            "published numbers); strict: birdrl's stricter rules, those of RL rewards "
+            "(docs/evaluation.md, Scoring semantics)."
+        ),
+    ] = EVAL_SEMANTICS.value,
     dialect: Annotated[
         str,
         typer.Option(
@@ -154,7 +163,7 @@ def eval_command(
                 "there); for a predictions report, run birdrl view REPORT.json"
             )
         # options are checked before anything slow (databases, pools, models) starts
-        config = EvalConfig(official_quirks=not fix_quirks)
+        config = EvalConfig(official_quirks=not fix_quirks, semantics=semantics)
         if workers is not None:
             config = replace(config, workers=workers)
         rollout = None
@@ -181,8 +190,9 @@ def eval_command(
                     run, predictions, agent, mode, rollout, max_new_tokens, temperature,
                     trajectories, len(bench.tasks.skipped), console,
                 )  # fmt: skip
+                render_semantics(run, config.semantics, console)  # once scored, beside it
             rows.append((run, summary))
-            reports[name] = report
+            reports[name] = {**report, "semantics": str(run.config.semantics)}
             title = f"{tasks} ({agent or predictions})"
             render_summary(summary, title if len(names) == 1 else f"{title}, {name}", console)
             if export_predictions is not None:
@@ -248,6 +258,13 @@ def _score_run(
     report = result.to_dict()
     report["predictions"] = {iid: list(sqls) for iid, sqls in preds.items()}  # for birdrl view
     return result.summary, report, preds
+
+
+def render_semantics(run: DialectRun, asked: Semantics, console: Console) -> None:
+    """The scoring semantics used, and why when it is not the one asked for."""
+    used = run.config.semantics
+    why = "" if used == asked else " (tasks carried over from another dialect)"
+    console.print(f"{run.dialect}: scored with {used} semantics{why}", highlight=False)
 
 
 def render_dropped(run: DialectRun, console: Console) -> None:

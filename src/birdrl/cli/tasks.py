@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from birdrl.cli.common import clean_errors, labelled_bars, results_console
@@ -23,11 +25,15 @@ from birdrl.data.mutations import FAMILIES
 from birdrl.data.synthesize import load_sql_examples, synthesize_tasks
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
-from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.benchmark import open_benchmark, task_file
+from birdrl.tasks.load import load_tasks
+from birdrl.tasks.overlap import OverlapSummary
 
 __all__ = ["tasks_app"]
 
-tasks_app = typer.Typer(help="Task sets: validation and synthesis.", no_args_is_help=True)
+tasks_app = typer.Typer(
+    help="Task sets: validation, train/eval overlap and synthesis.", no_args_is_help=True
+)
 
 
 @tasks_app.command("validate")
@@ -61,6 +67,45 @@ def validate_command(
             highlight=False,
         )
         if invalid:
+            raise typer.Exit(1)
+
+
+@tasks_app.command("overlap")
+def overlap_command(
+    source: str = typer.Argument(help="The tasks checked (e.g. held-out): file, hf:, bundled:."),
+    other: str = typer.Argument(help="The tasks they are checked against (e.g. training)."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    fail_on_overlap: Annotated[
+        bool, typer.Option(help="Exit with status 1 when any text is shared.")
+    ] = False,
+    show: Annotated[int, typer.Option(help="Shared texts listed in the table, at most.")] = 50,
+) -> None:
+    """Report the texts SOURCE shares with OTHER: user question (also per db_id), issue SQL,
+    solution SQL, and SQL found in the other field, compared after lower-casing and
+    collapsing whitespace. Needs no databases."""
+    console = results_console()
+    with clean_errors():
+        tasks = list(load_tasks(task_file(source)))
+        others = list(load_tasks(task_file(other)))
+        summary = OverlapSummary.of(tasks, others)
+        if as_json:
+            typer.echo(json.dumps({"source": source, "other": other, **summary.to_dict()}))
+        else:
+            if summary.overlaps:
+                table = Table(title=f"text {source} shares with {other}")
+                table.add_column("kind", no_wrap=True)
+                table.add_column("task", no_wrap=True)
+                table.add_column("other task", no_wrap=True)
+                table.add_column("text")
+                for o in summary.overlaps[:show]:
+                    table.add_row(o.kind, o.task, o.other, escape(o.text[:120]))
+                console.print(table)
+                if len(summary.overlaps) > show:
+                    console.print(f"... {len(summary.overlaps) - show} more (--show, --json)")
+            console.print(
+                f"{source} vs {other}: {summary.describe()}", highlight=False, soft_wrap=True
+            )
+        if fail_on_overlap and summary.overlaps:
             raise typer.Exit(1)
 
 

@@ -28,13 +28,37 @@ __all__ = [
     "Dialect",
     "DialectError",
     "Engine",
+    "STRICT_RULES",
     "PhaseLike",
     "Prepared",
+    "ScoringRules",
     "TestSession",
 ]
 
 PRELUDE = "import datetime\nfrom datetime import date\n"
 """What the official SQLite evaluator imports before a test case's source."""
+
+
+@dataclass(frozen=True)
+class ScoringRules:
+    """The three rules on which birdrl's strict scoring and the official evaluators can
+    differ (docs/evaluation.md, "Scoring semantics"). A dialect's `Dialect.official_rules`
+    says what its official evaluator does; `STRICT_RULES` turns all three on."""
+
+    issue_sql_check: bool
+    """Phase 1: tests run against the issue SQL first; if it passes them all, the task
+    fails for every prediction."""
+    default_test: bool
+    """A task without test cases runs the dialect's default test (result equality with the
+    solution). Off: no test runs, and any prediction that executes succeeds."""
+    conditions: bool
+    """Tests that accept ``conditions`` get the task's, ``ex_base`` takes a fifth argument
+    ``conditions``, and the namespace holds ``remove_comments`` and ``remove_round``. Off:
+    tests are called with exactly four arguments, and ``ex_base`` takes exactly four."""
+
+
+STRICT_RULES = ScoringRules(issue_sql_check=True, default_test=True, conditions=True)
+"""birdrl's strict scoring, the same on every dialect (the official SQLite rules)."""
 
 
 class DialectError(BirdrlError, ValueError):
@@ -56,6 +80,8 @@ class PhaseLike(Protocol):
     def conditions(self) -> dict[str, Any]: ...
     @property
     def efficiency(self) -> bool: ...
+    @property
+    def rules(self) -> ScoringRules: ...
 
 
 class TestSession(Protocol):
@@ -71,8 +97,9 @@ class TestSession(Protocol):
     def execute(self, queries: Sequence[str]) -> tuple[Any, bool, bool, str]:
         """``(result_of_last, execution_error, timeout_error, message)``."""
 
-    def namespace(self, sql_result: Any) -> dict[str, Any]:
-        """The globals a test case's source sees."""
+    def namespace(self, sql_result: Any, job: PhaseLike) -> dict[str, Any]:
+        """The globals a test case's source sees (``conditions`` only where `job`'s rules
+        pass them)."""
 
     def call(self, test_case: Callable[..., Any], job: PhaseLike) -> None:
         """Call a test case with the arguments this engine's evaluator passes."""
@@ -129,6 +156,8 @@ class Dialect(Protocol):
     probe_settings: tuple[str, ...]
     """Session settings that change what SQL means (integrity probes set them and check
     that scoring does not see them)."""
+    official_rules: ScoringRules
+    """What this engine's official BIRD-CRITIC evaluator does (`ScoringRules`)."""
 
     def split_statements(self, sql: str) -> list[str]:
         """Split a script into statements as this engine reads it."""

@@ -1,6 +1,7 @@
 """Small pieces every server dialect (PostgreSQL, MySQL) needs the same way: naming
 replica databases, finding a free loopback port for a throwaway local server, and
-recognising test cases that take the task's ``conditions``. Dialect packages must not
+the official test-case call and namespace (tests and ``ex_base`` with four arguments, or
+``conditions`` too under strict rules). Dialect packages must not
 import each other; this module is what they share instead."""
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["free_port", "pool_tag", "replica_db_name", "takes_conditions"]
+__all__ = [
+    "call_test_case",
+    "four_argument_ex_base",
+    "free_port",
+    "pool_tag",
+    "replica_db_name",
+    "scoped_namespace",
+    "takes_conditions",
+]
 
 
 def free_port() -> int:
@@ -51,3 +60,36 @@ def takes_conditions(test_case: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):  # no introspectable signature: call it the official way
         return False
     return "conditions" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def call_test_case(test_case: Callable[..., Any], args: tuple[Any, ...], job: Any) -> None:
+    """Call a test case as the phase's rules say: with ``conditions`` when the rules pass
+    them and the test accepts them (the default test, tests carried over from SQLite),
+    else with exactly the four official arguments (an official PostgreSQL or MySQL test
+    that asks for ``conditions`` then fails, as it does officially)."""
+    if job.rules.conditions and takes_conditions(test_case):
+        test_case(*args, conditions=dict(job.conditions))
+    else:
+        test_case(*args)
+
+
+def four_argument_ex_base(ex_base: Callable[..., int]) -> Callable[..., int]:
+    """The official server dialects' ``ex_base``: exactly four positional arguments, so a
+    test passing ``conditions`` raises TypeError as it does officially."""
+
+    def ex_base_4(pred_sqls: Any, sol_sqls: Any, db_name: Any, conn: Any) -> int:
+        return ex_base(pred_sqls, sol_sqls, db_name, conn)
+
+    ex_base_4.__name__ = ex_base_4.__qualname__ = "ex_base"
+    return ex_base_4
+
+
+def scoped_namespace(namespace: dict[str, Any], conditions: bool) -> dict[str, Any]:
+    """A server dialect's test namespace under the phase's rules: as built (birdrl's
+    extensions: ``remove_comments``, ``remove_round``, ``ex_base`` with ``conditions``) when
+    `conditions`, else the official names only, ``ex_base`` with four arguments."""
+    if conditions:
+        return namespace
+    official = {k: v for k, v in namespace.items() if k not in ("remove_comments", "remove_round")}
+    official["ex_base"] = four_argument_ex_base(namespace["ex_base"])
+    return official

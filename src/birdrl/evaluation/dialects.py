@@ -5,8 +5,8 @@ registered dialect (`birdrl.dialects`): the dialect opens its engine for the run
 the files themselves; PostgreSQL and MySQL: the server given, or a throwaway local one), the
 engine says which tasks it scores on which template databases, and tasks carried over
 from another dialect are validated here (the issue SQL must fail the tests, the solution
-pass them); tasks that do not carry over or validate are dropped and counted, with the
-reason.
+pass them) and scored under `strict` semantics; tasks that do not carry over or validate
+are dropped and counted, with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from birdrl.dialects import DialectError, get_dialect
 from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.semantics import Semantics
 from birdrl.tasks.benchmark import Benchmark
 from birdrl.tasks.model import Task
 
@@ -33,6 +34,9 @@ class DialectRun:
     databases: dict[str, Any]
     """db_id -> what the dialect's engine opens a template from (a file, a database name)."""
     config: EvalConfig
+    """Its `semantics` is the one scored with: `strict` for tasks carried over from
+    another dialect (their tests were written for the official SQLite rules, which are the
+    strict ones; no official evaluator of this engine knows them)."""
     dropped: dict[str, str] = field(default_factory=dict)
     """instance_id -> why the task is not scored in this dialect."""
     source_tasks: int = 0
@@ -55,6 +59,8 @@ def open_dialect(
     with spec.open_engine(dsn) as engine:
         prepared = engine.prepare(bench)
         run_config = replace(config, engine=engine)
+        if prepared.carried_over:
+            run_config = replace(run_config, semantics=Semantics.STRICT)
         kept, dropped = prepared.tasks, dict(prepared.dropped)
         if prepared.carried_over and validate and kept:
             from birdrl.evaluation.suite import validate_tasks

@@ -3,9 +3,11 @@
 For each task it leases a fresh replica from a `ReplicaPool` (instead of copying the
 database), hands its path to a long-lived worker process that runs the phase (preprocess,
 SQL under test, test cases, clean-up), and releases the lease; the pool restores only
-replicas that really changed. Like the official evaluator it first runs the tests against
-the task's issue SQL on another fresh state: if the issue SQL passes them all, the task
-cannot tell right from wrong and counts as failed for every prediction.
+replicas that really changed. Like the official SQLite evaluator (and under ``strict``
+semantics on every engine) it first runs the tests against the task's issue SQL on another
+fresh state: if the issue SQL passes them all, the task cannot tell right from wrong and
+counts as failed for every prediction. `EvalConfig.semantics` picks the rules
+(`birdrl.evaluation.semantics`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from birdrl.dialects import Engine, get_dialect
 from birdrl.dialects.sqlite import SQLiteFiles
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.runner import ExJob, ExResult, PhaseJob, PhaseResult, run_job
+from birdrl.evaluation.semantics import EVAL_SEMANTICS, Semantics, scoring_rules
 from birdrl.evaluation.workers import JobTimeout, Worker, WorkerError
+from birdrl.tasks.fields import split_sql_field
 from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
@@ -43,6 +47,7 @@ _FAILED = PhaseResult(passed=0, tests_run=0)
 
 
 def _all_passed(result: PhaseResult) -> bool:
+    """Phase 1's verdict on the issue SQL (run only where a task has tests or a default test)."""
     return (
         not result.execution_error
         and not result.timeout_error
@@ -70,8 +75,11 @@ class EvalConfig:
     """Wall-clock limit for one phase (preprocess + SQL + all test cases) in a worker."""
     statement_timeout_s: float = 30.0
     """Limit per SQL statement; a statement past it is a timeout error."""
+    semantics: Semantics = EVAL_SEMANTICS
+    """``official`` (each engine's official evaluator) or ``strict`` (birdrl's rules on
+    every engine, the RL reward's): see `birdrl.evaluation.semantics`."""
     check_issue_sql: bool = True
-    """Run the tests against the issue SQL first (official phase 1)."""
+    """Run the tests against the issue SQL first (phase 1), where the semantics has it."""
     cache_issue_check: bool = True
     """Remember phase 1's outcome per task within this evaluator (it depends only on the task)."""
     official_quirks: bool = True
@@ -87,6 +95,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise EvalConfigError(f"workers must be >= 1, got {self.workers}")
+        object.__setattr__(self, "semantics", Semantics.parse(self.semantics))
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,11 @@ class TestReport:
     """Test cases run (1 for the default test; 0 if the prediction failed to execute)."""
     total_test_cases: int
     """The official count: the task's test cases (0 when the default test ran)."""
+    expected_tests: int = 1
+    """Tests that must pass for success: the task's, 1 for the default test, 0 where the
+    semantics has no default test (then a prediction that executes succeeds)."""
+    semantics: str = EVAL_SEMANTICS.value
+    """The scoring semantics of this verdict (``official`` or ``strict``)."""
     failed_tests: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
     execution_error: bool = False
@@ -112,12 +126,12 @@ class TestReport:
     """The evaluation itself failed (worker crash, restore failure): not the model's fault."""
 
     @property
-    def expected_tests(self) -> int:
-        return max(self.total_test_cases, 1)
-
-    @property
     def reward(self) -> float:
-        """Fraction of test cases passed: the pure execution reward."""
+        """Fraction of test cases passed: the pure execution reward. With no test to pass
+        (official PostgreSQL/MySQL, a task without tests) it is the success: 1 for any SQL
+        that executes, the hole `strict` semantics closes."""
+        if self.expected_tests == 0:
+            return float(self.success)
         return self.passed / self.expected_tests
 
     @property
@@ -179,6 +193,7 @@ class Evaluator:
         self.pool = pool
         self.worker_id = worker_id
         self.dialect = get_dialect(pool.dialect)
+        self.rules = scoring_rules(self.config.semantics, self.dialect)
         self._traj_prefix = f"eval-{uuid.uuid4().hex[:8]}"  # unique in a shared pool
         self._workers = [Worker(run_job) for _ in range(self.config.workers)]
         self._free = list(range(self.config.workers))
@@ -189,15 +204,16 @@ class Evaluator:
     # -- public API -------------------------------------------------------------------------
 
     def evaluate(self, task: Task, pred_sqls: Sequence[str] | str) -> TestReport:
-        """Score one prediction (a statement or a list of statements) for one task."""
+        """Score one prediction for one task: a list of statements, or one string that is
+        cut at ``[split]`` markers as the official evaluators do."""
         if not task.has_reference:
             raise TaskNotScorableError(
                 f"task {task.instance_id!r} has no sol_sql (public release?): it can be used "
                 "for inference, not scored"
             )
-        pred = (pred_sqls,) if isinstance(pred_sqls, str) else tuple(pred_sqls)
+        pred = split_sql_field(pred_sqls)
         issue_passed = False
-        if self.config.check_issue_sql and task.issue_sql:
+        if self.config.check_issue_sql and self.rules.issue_sql_check and task.issue_sql:
             try:
                 issue = self._issue_phase(task)
             except JobTimeout as exc:  # the issue SQL hangs: it certainly fails the tests
@@ -285,6 +301,7 @@ class Evaluator:
             dialect=self.dialect,
             efficiency=task.efficiency,
             issue_sql=task.issue_sql,
+            rules=self.rules,
         )
 
     def _phase(self, task: Task, sql: tuple[str, ...]) -> PhaseResult:
@@ -328,6 +345,8 @@ class Evaluator:
             passed=result.passed,
             tests_run=result.tests_run,
             total_test_cases=len(task.test_cases),
+            expected_tests=len(task.test_cases) or int(self.rules.default_test),
+            semantics=self.config.semantics.value,
             failed_tests=result.failed_tests,
             errors=result.errors,
             execution_error=result.execution_error,

@@ -19,6 +19,7 @@ from types import CodeType
 from typing import Any
 
 from birdrl.dialects import DEFAULT_DIALECT, Dialect, TestSession, get_dialect
+from birdrl.dialects.base import STRICT_RULES, ScoringRules
 
 __all__ = [
     "ExJob",
@@ -62,6 +63,8 @@ class PhaseJob:
     compares the issue SQL with the SQL under test. The official SQLite flow ignores it."""
     issue_sql: tuple[str, ...] = ()
     """The task's issue SQL, for `efficiency` tasks."""
+    rules: ScoringRules = STRICT_RULES
+    """Default test and ``conditions`` (`birdrl.evaluation.semantics.scoring_rules`)."""
 
     def __post_init__(self) -> None:
         _dialect(self.dialect)  # DialectError (a ValueError) names the registered ones
@@ -89,7 +92,7 @@ def _open_session(dialect: str | Dialect, db_path: str, statement_timeout_s: flo
 
 def _run_test(source: str, job: PhaseJob, session: TestSession, sql_result: Any) -> str | None:
     """Run one test case; None if it passed, else the error message."""
-    globals_ = session.namespace(sql_result)
+    globals_ = session.namespace(sql_result, job)
     locals_: dict[str, Any] = {}
     try:
         code = _compile(session.prelude(job.official_quirks), source)
@@ -118,7 +121,8 @@ def run_phase(job: PhaseJob) -> PhaseResult:
         if job.preprocess_sql:
             session.execute(job.preprocess_sql)
         result, exec_error, timeout_error, message = session.execute(job.sql)
-        tests: Sequence[str] = job.test_cases or (session.default_test,)
+        default = (session.default_test,) if job.rules.default_test else ()
+        tests: Sequence[str] = job.test_cases or default
         if exec_error or timeout_error:
             return PhaseResult(
                 passed=0,

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig, TaskNotScorableError, TestReport
 from birdrl.evaluation.metrics import Summary, summarize
+from birdrl.evaluation.semantics import Semantics
 from birdrl.evaluation.session import open_evaluator
+from birdrl.tasks.fields import split_sql_field
 from birdrl.tasks.model import Task
 
 __all__ = [
@@ -36,7 +38,7 @@ class PredictionsError(BirdrlError, ValueError):
 
 def load_predictions(path: str | Path) -> Predictions:
     """Read ``{"instance_id": ..., "pred_sqls": [...]}`` lines (the official output format;
-    ``pred_sqls`` may also be a single string)."""
+    ``pred_sqls`` may also be a single string, with statements separated by ``[split]``)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise PredictionsError(f"predictions file not found: {p}")
@@ -53,8 +55,8 @@ def load_predictions(path: str | Path) -> Predictions:
         if not isinstance(record, dict) or "instance_id" not in record:
             raise PredictionsError(f"{p}, line {number}: field 'instance_id': missing")
         sqls = record.get("pred_sqls", record.get("pred_sql"))
-        if isinstance(sqls, str):
-            sqls = [sqls]
+        if isinstance(sqls, str):  # cut at [split] markers, as the official evaluators do
+            sqls = list(split_sql_field(sqls))
         if not isinstance(sqls, list) or not all(isinstance(s, str) for s in sqls):
             raise PredictionsError(
                 f"{p}, line {number}: field 'pred_sqls': must be a list of SQL strings"
@@ -174,7 +176,8 @@ def validate_tasks(
     progress: Callable[[TestReport], None] | None = None,
 ) -> list[ValidationResult]:
     """A task is valid iff its issue SQL fails at least one test and its solution passes
-    all of them (each on a fresh database state)."""
+    all of them (each on a fresh database state), under `strict` semantics (the official
+    PostgreSQL and MySQL evaluators would not run the issue SQL at all)."""
     scorable = [t for t in tasks if t.has_reference]
     out = {
         t.instance_id: ValidationResult(
@@ -183,8 +186,8 @@ def validate_tasks(
         for t in tasks
         if not t.has_reference
     }
-    base = config or EvalConfig()
-    cfg = EvalConfig(**{**base.__dict__, "check_issue_sql": True})
+    # validation asks the strict questions (issue SQL fails, solution passes) on any engine
+    cfg = replace(config or EvalConfig(), check_issue_sql=True, semantics=Semantics.STRICT)
     with open_evaluator(databases, cfg) as evaluator:
         reports = evaluator.evaluate_many([(t, t.sol_sql) for t in scorable], progress=progress)
     for t, report in zip(scorable, reports, strict=True):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
+from birdrl.tasks.fields import split_sql_field
 from birdrl.tasks.model import Category, Task, TextToSQLTask
 
 __all__ = [
@@ -298,8 +299,8 @@ class _Fields:
             if required:
                 raise self.fail(name, "missing required field")
             return ()
-        if isinstance(value, str):
-            return (value,) if value.strip() else ()
+        if isinstance(value, str):  # official: cut at [split] markers
+            return split_sql_field(value)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise self.fail(name, "must be an SQL string or a list of SQL strings")

@@ -20,6 +20,9 @@ class Category(StrEnum):
     QUERY = "Query"
     MANAGEMENT = "Management"
     PERSONALIZATION = "Personalization"
+    EFFICIENCY = "Efficiency"
+    """Official PostgreSQL and MySQL files label their ``efficiency`` tasks so, and the
+    official reports give it a column."""
 
     @classmethod
     def parse(cls, value: str) -> Category:

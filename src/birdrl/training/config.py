@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
+from birdrl.evaluation.semantics import Semantics, SemanticsError
 
 __all__ = [
     "GENERATION_ENGINES",
@@ -173,6 +174,17 @@ class CurriculumConfig:
     text2sql_tasks: str | None = "bundled:text2sql-train"
     """Text-to-SQL source for multi-task mixing (used when a stage's ``text2sql_ratio`` > 0)."""
     db_root: str | None = None
+    eval_semantics: str = "official"
+    """How held-out evaluations are scored: ``official`` (each engine's official evaluator,
+    comparable with published numbers) or ``strict`` (docs/evaluation.md, "Scoring
+    semantics")."""
+    reward_semantics: str = "strict"
+    """How GRPO rewards and teacher data are scored: ``strict`` by default, because under
+    ``official`` a PostgreSQL or MySQL task without tests rewards any SQL that executes."""
+    refuse_overlap: bool = False
+    """Refuse to run when the evaluated held-out tasks share text with the training tasks
+    (`birdrl.tasks.overlap`: question, issue or solution SQL); without it the run warns and
+    the report says so."""
     seed: int = 0
     dtype: str = "auto"
     """``auto`` (bf16 on GPU, fp32 on CPU), ``float32``, ``bfloat16``."""
@@ -228,6 +240,11 @@ class CurriculumConfig:
             raise ConfigError(
                 f"bf16_generation must be auto, true or false, not {self.bf16_generation!r}"
             )
+        for name in ("eval_semantics", "reward_semantics"):
+            try:
+                Semantics.parse(getattr(self, name))
+            except SemanticsError as exc:
+                raise ConfigError(f"{name}: {exc}") from None
         if self.vllm_mode not in ("colocate", "server"):
             raise ConfigError(f"vllm_mode must be colocate or server, not {self.vllm_mode!r}")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from birdrl.env.types import StopReason
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
+from birdrl.tasks.overlap import OverlapSummary
 from birdrl.tasks.subset import stratified_subset
 from birdrl.training.allocator import keep_freed_memory
 from birdrl.training.budgets import BudgetCheck, check_budgets
@@ -225,7 +226,11 @@ class _Run:
             raise ConfigError(
                 "stage4.text2sql_ratio: text-to-SQL mixing applies to stage 3 (single-turn) only"
             )
-        self.eval_config = EvalConfig(workers=2)
+        self.overlap = self.check_overlap()
+        self.eval_config = EvalConfig(workers=2, semantics=cfg.eval_semantics)
+        """Scores the held-out evaluations."""
+        self.reward_config = replace(self.eval_config, semantics=cfg.reward_semantics)
+        """Scores GRPO rewards, teacher data and the issue-SQL credit."""
         self.records: list[StageRecord] = []
         self.generation = RunGeneration(cfg, plan_generation(cfg, self.dist.world_size))
         """The run's one generation engine (evaluations and GRPO rollouts)."""
@@ -272,11 +277,36 @@ class _Run:
         self.budget_checks = checks
         return checks
 
+    def check_overlap(self) -> OverlapSummary:
+        """Held-out tasks (both sets) against every training task: a warning per run, an
+        error under ``refuse_overlap``."""
+        held_out = [*self.eval_tasks, *self.easy_tasks]
+        summary = OverlapSummary.of(held_out, [*self.debug_tasks, *self.text2sql])
+        if summary.overlaps:
+            example = summary.overlaps[0]
+            message = (
+                f"held-out tasks overlap the training tasks: {summary.describe()}; e.g. "
+                f"{example.task} {example.kind} = {example.other}'s {example.text[:60]!r} "
+                f"(birdrl tasks overlap {self.config.eval_tasks} {self.config.tasks})"
+            )
+            if self.config.refuse_overlap:
+                raise ConfigError(f"{message}; refused (refuse_overlap = true)")
+            self.say(f"warning: {message}")
+        return summary
+
+    @property
+    def semantics(self) -> dict[str, str]:
+        """The scoring semantics of the held-out evaluations and of the rewards."""
+        return {
+            "evaluation": str(self.eval_config.semantics),
+            "reward": str(self.reward_config.semantics),
+        }
+
     @cached_property
     def issue_credit(self) -> dict[str, float]:
         """The share of hidden tests each training task's buggy SQL passes (easy-first
         order), measured once per run: stages 3 and 4 share it."""
-        return issue_sql_credit(self.debug_tasks, self.train.databases, self.eval_config)
+        return issue_sql_credit(self.debug_tasks, self.train.databases, self.reward_config)
 
     def record_path(self, stage: int) -> Path:
         return self.run_dir / f"stage{stage}" / "record.json"
@@ -330,6 +360,9 @@ class _Run:
             if self.easy is not None
             else "none",
             "fine-tuning": f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "full",
+            "train/held-out overlap": f"{self.overlap.describe()} with the training tasks",
+            "scoring semantics": f"held-out {self.eval_config.semantics}, "
+            f"rewards {self.reward_config.semantics} (docs/evaluation.md)",
             "stage 3 reward": cfg.stage3.reward,
             "stage 4 KL beta": cfg.stage4.beta,
             "generation": self.generation.plan.why,
@@ -515,6 +548,7 @@ def run_curriculum(
                     [],
                     generation=state.generation.record("base"),
                     easy_evaluation=state.easy_results.get(0),
+                    semantics=state.semantics,
                 )
                 state.save_record(record)
             else:
@@ -547,6 +581,7 @@ def run_curriculum(
                 output.notes,
                 generation=state.generation.record(stage.kind, training=True),
                 easy_evaluation=state.easy_results.get(stage.number),
+                semantics=state.semantics,
             )
             state.save_record(record)
             state.report()

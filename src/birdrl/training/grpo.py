@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,6 +29,7 @@ from birdrl.agents.base import Agent
 from birdrl.db.pool import ReplicaPool
 from birdrl.env.sqlact import EnvConfig
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
+from birdrl.evaluation.semantics import REWARD_SEMANTICS
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.training.common import (
@@ -136,7 +137,8 @@ class Rollouts(ABC):
 
     databases: Mapping[str, Path]
     """db_id -> template of every database the rows name."""
-    eval_config: EvalConfig | None = None
+    eval_config: EvalConfig = field(default_factory=lambda: EvalConfig(semantics=REWARD_SEMANTICS))
+    """How completions are scored (strict semantics unless a run says otherwise)."""
     multi_turn: ClassVar[bool]
     """Whether TRL runs its tool loop (bounded by ``max_tool_calls``)."""
 

@@ -56,6 +56,9 @@ class StageRecord:
     diagnostics: dict[str, Any] | None = None
     """Learning-signal summary (`birdrl.training.diagnostics.summarize`); derived from
     `log_history` when not given (and for records written before it existed)."""
+    semantics: dict[str, str] | None = None
+    """The scoring semantics (`birdrl.evaluation.semantics`) of the stage's ``evaluation``
+    and of its ``reward``; None in records written before it existed."""
 
     def __post_init__(self) -> None:
         if self.diagnostics is None and self.kind in ("sft", "grpo"):

@@ -73,7 +73,10 @@ class StageContext(Protocol):
     @property
     def text2sql_bench(self) -> Benchmark | None: ...
     @property
-    def eval_config(self) -> EvalConfig: ...
+    def reward_config(self) -> EvalConfig:
+        """Scoring of rewards and teacher data (``reward_semantics``)."""
+        ...
+
     @property
     def issue_credit(self) -> dict[str, float]:
         """The share of hidden tests each training task's buggy SQL passes."""
@@ -153,7 +156,7 @@ class ReasoningSFT(Stage[SFTStageConfig]):
             ctx.train.databases,
             teacher,
             source=f"{cfg.tasks}, teacher {spec}",
-            eval_config=ctx.eval_config,
+            eval_config=ctx.reward_config,
             progress=ctx.counter(f"stage 1: teacher ({spec})", len(tasks)),
             sample_rows=cfg.prompt.sample_rows,
             budget_chars=cfg.prompt.schema_budget_chars,
@@ -187,7 +190,7 @@ class ToolUseSFT(Stage[SFTStageConfig]):
             make_agent(spec),
             source=f"{cfg.tasks}, teacher {spec}",
             rollout=RolloutConfig(env=env),
-            eval_config=ctx.eval_config,
+            eval_config=ctx.reward_config,
             progress=ctx.counter(f"stage 2: teacher ({spec})", len(tasks)),
         )
 
@@ -278,7 +281,7 @@ class SingleTurnGRPO(GRPOStage):
             make_agent(settings.judge) if settings.reward == "judge" and settings.judge else None
         )
         return SingleTurnRollouts(
-            tasks=tasks, databases=databases, judge=judge, eval_config=ctx.eval_config
+            tasks=tasks, databases=databases, judge=judge, eval_config=ctx.reward_config
         )
 
 
@@ -315,7 +318,7 @@ class MultiTurnGRPO(GRPOStage):
         return EpisodeRollouts(
             tasks={t.instance_id: t for t in ctx.debug_tasks},
             databases=ctx.train.databases,
-            eval_config=ctx.eval_config,
+            eval_config=ctx.reward_config,
         )
 
 

@@ -48,6 +48,9 @@ class Column:
     stage: int | None = None
     kind: str = "eval"
     """``base``, ``sft``, ``grpo`` (a curriculum stage) or ``eval`` / ``predictions``."""
+    semantics: str | None = None
+    """How it was scored (``official``, ``strict``; a stage: its evaluation's, then its
+    reward's); None where the file does not say."""
     seconds: float | None = None
     evaluation: dict[str, Any] | None = None
     diagnostics: dict[str, Any] | None = None
@@ -63,6 +66,7 @@ class Column:
             "title": self.title,
             "stage": self.stage,
             "kind": self.kind,
+            "semantics": self.semantics,
             "seconds": self.seconds,
             "evaluation": self.evaluation,
             "diagnostics": self.diagnostics,
@@ -200,6 +204,7 @@ def _run(path: Path, tasks: Mapping[str, Any]) -> Source:
             column.seconds = record.get("seconds")
             column.evaluation = record.get("evaluation")
             column.diagnostics = record.get("diagnostics")
+            column.semantics = _semantics(record.get("semantics"), column.kind)
             column.notes = [str(n) for n in record.get("notes", [])]
             column.curves = _curves(record.get("log_history", []))
         else:
@@ -222,6 +227,16 @@ def _run(path: Path, tasks: Mapping[str, Any]) -> Source:
     return source
 
 
+def _semantics(given: Any, kind: str) -> str | None:
+    """A stage record's ``{"evaluation": ..., "reward": ...}`` as one cell."""
+    if not isinstance(given, Mapping):
+        return None
+    text = str(given.get("evaluation", "?"))
+    if kind == "grpo" and given.get("reward"):
+        text += f", reward {given['reward']}"
+    return text
+
+
 def _trajectories(path: Path, tasks: Mapping[str, Any]) -> Source:
     column = Column("eval", "evaluation")
     for raw in _read_jsonl(path):
@@ -235,6 +250,8 @@ def _trajectories(path: Path, tasks: Mapping[str, Any]) -> Source:
 
 def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> Source:
     column = Column("eval", "evaluation")
+    if isinstance(data.get("semantics"), str):
+        column.semantics = data["semantics"]
     given = data.get("predictions")
     predictions: dict[str, Any] = given if isinstance(given, dict) else {}
     if "episodes" in data:
@@ -251,7 +268,9 @@ def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> So
             row["submission"] = predictions.get(str(row.get("instance_id")))
             row["tests"] = {
                 "passed": report.get("passed"),
-                "expected": max(int(report.get("total_test_cases") or 0), 1),
+                "expected": int(
+                    report.get("expected_tests", max(int(report.get("total_test_cases") or 0), 1))
+                ),
                 "run": report.get("tests_run"),
                 "failed_tests": report.get("failed_tests", []),
                 "errors": report.get("errors", []),

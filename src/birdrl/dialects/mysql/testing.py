@@ -15,7 +15,7 @@ from typing import Any
 from birdrl.dialects.base import PRELUDE, PhaseLike
 from birdrl.dialects.mysql import helpers as my_helpers
 from birdrl.dialects.mysql.dsn import parse_dsn
-from birdrl.dialects.servers import takes_conditions
+from birdrl.dialects.servers import call_test_case, scoped_namespace
 
 __all__ = ["MySQLTestSession"]
 
@@ -52,16 +52,13 @@ class MySQLTestSession:
             connect=self.connector,
         )
 
-    def namespace(self, sql_result: Any) -> dict[str, Any]:
-        return my_helpers.test_case_namespace(sql_result, self.locator, connector=self.connector)
+    def namespace(self, sql_result: Any, job: PhaseLike) -> dict[str, Any]:
+        names = my_helpers.test_case_namespace(sql_result, self.locator, connector=self.connector)
+        return scoped_namespace(names, job.rules.conditions)
 
     def call(self, test_case: Callable[..., Any], job: PhaseLike) -> None:
         pred, sol = (job.issue_sql, job.sql) if job.efficiency else (job.sql, job.sol_sql)
-        args = (list(pred), list(sol), self.db_name, self.conn)
-        if takes_conditions(test_case):  # the default test, tests carried over from SQLite
-            test_case(*args, conditions=dict(job.conditions))
-        else:  # official MySQL test cases take exactly these four arguments
-            test_case(*args)
+        call_test_case(test_case, (list(pred), list(sol), self.db_name, self.conn), job)
 
     def same_rows(self, gold: Any, pred: Any) -> bool:
         def bag(rows: Any) -> Counter[tuple[Any, ...]]:

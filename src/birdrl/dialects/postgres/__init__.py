@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from birdrl.dialects.base import ScoringRules
 from birdrl.dialects.postgres.server import PostgresServer, require_psycopg
 from birdrl.dialects.postgres.statements import split_postgres_statements
 
@@ -32,6 +33,10 @@ class PostgresDialect:
         "SET enable_seqscan = off",
         "SET TIME ZONE 'Pacific/Chatham'",
     )
+
+    official_rules = ScoringRules(issue_sql_check=False, default_test=False, conditions=False)
+    """The official evaluator (``single_instance_eval_postgresql.py``) runs no issue-SQL phase
+    and no default test, and calls tests and ``ex_base`` with exactly four arguments."""
 
     def split_statements(self, sql: str) -> list[str]:
         return split_postgres_statements(sql)

@@ -12,7 +12,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from birdrl.dialects.base import PRELUDE, PhaseLike
 from birdrl.dialects.postgres import helpers as pg_helpers
-from birdrl.dialects.servers import takes_conditions
+from birdrl.dialects.postgres.psycopg2_compat import compat_builtins
+from birdrl.dialects.servers import call_test_case, scoped_namespace
 
 __all__ = ["PostgresTestSession"]
 
@@ -39,6 +40,7 @@ class PostgresTestSession:
         self.db_name = str(dbname)
         self.connector = pg_helpers.PgConnector(conninfo, statement_timeout_s)
         self.conn = pg_helpers.open_connection(conninfo, statement_timeout_s)
+        self._builtins = compat_builtins()
 
     def prelude(self, official_quirks: bool) -> str:
         return _PG_PRELUDE if official_quirks else PRELUDE
@@ -49,16 +51,14 @@ class PostgresTestSession:
         )
         return result, exec_error, timeout_error, message
 
-    def namespace(self, sql_result: Any) -> dict[str, Any]:
-        return pg_helpers.test_case_namespace(sql_result, self.conninfo, connector=self.connector)
+    def namespace(self, sql_result: Any, job: PhaseLike) -> dict[str, Any]:
+        names = pg_helpers.test_case_namespace(sql_result, self.conninfo, connector=self.connector)
+        names["__builtins__"] = self._builtins  # ``import psycopg2`` answered by psycopg 3
+        return scoped_namespace(names, job.rules.conditions)
 
     def call(self, test_case: Callable[..., Any], job: PhaseLike) -> None:
         pred, sol = (job.issue_sql, job.sql) if job.efficiency else (job.sql, job.sol_sql)
-        args = (list(pred), list(sol), self.db_name, self.conn)
-        if takes_conditions(test_case):  # the default test, tests carried over from SQLite
-            test_case(*args, conditions=dict(job.conditions))
-        else:  # official PostgreSQL test cases take exactly these four arguments
-            test_case(*args)
+        call_test_case(test_case, (list(pred), list(sol), self.db_name, self.conn), job)
 
     def same_rows(self, gold: Any, pred: Any) -> bool:
         def bag(rows: Any) -> Counter[tuple[Any, ...]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from birdrl.db.backend import SQLiteBackend
 from birdrl.db.statements import split_statements
-from birdrl.dialects.base import Prepared
+from birdrl.dialects.base import STRICT_RULES, Prepared
 
 if TYPE_CHECKING:
     from birdrl.dialects.base import TestSession
@@ -52,6 +52,10 @@ class SQLiteDialect:
         "PRAGMA case_sensitive_like = ON",
         "PRAGMA user_version = 7",
     )
+
+    official_rules = STRICT_RULES
+    """The official SQLite evaluator checks the issue SQL, has a default test and passes
+    ``conditions``: birdrl's strict rules are its rules."""
 
     def split_statements(self, sql: str) -> list[str]:
         return split_statements(sql)

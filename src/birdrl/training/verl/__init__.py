@@ -67,6 +67,9 @@ class VerlConfig:
     db_root: str | None = None
     """Database root for the tasks (not needed for ``bundled:``)."""
     eval_workers: int = 4
+    semantics: str = "strict"
+    """Scoring semantics of the reward (docs/evaluation.md): ``strict``, or ``official``
+    to reward exactly what the official evaluator counts as solved."""
     """Evaluator worker processes per verl process (scoring answers and submissions)."""
     job_timeout_s: float = 120.0
     """Wall-clock limit of one scoring job."""
@@ -107,6 +110,13 @@ class VerlConfig:
         for name, value in data.items():
             if not _type_ok(name, value):
                 raise VerlConfigError(f"{source}: {name!r} has the wrong type: {value!r}")
+        if "semantics" in data:
+            from birdrl.evaluation.semantics import Semantics, SemanticsError
+
+            try:
+                Semantics.parse(data["semantics"])
+            except SemanticsError as exc:
+                raise VerlConfigError(f"{source}: 'semantics': {exc}") from None
         return cls(**data)
 
     @classmethod
@@ -133,7 +143,7 @@ class VerlConfig:
 
 
 def _type_ok(name: str, value: Any) -> bool:
-    if name in ("tasks",):
+    if name in ("tasks", "semantics"):
         return isinstance(value, str)
     if name in ("db_root", "pool_root"):
         return value is None or isinstance(value, str)
@@ -173,7 +183,9 @@ class VerlRuntime:
                 from birdrl.evaluation import EvalConfig, open_evaluator
 
                 cfg = EvalConfig(
-                    workers=self.config.eval_workers, job_timeout_s=self.config.job_timeout_s
+                    workers=self.config.eval_workers,
+                    job_timeout_s=self.config.job_timeout_s,
+                    semantics=self.config.semantics,
                 )
                 self._evaluator = self._scoring.enter_context(
                     open_evaluator(self.benchmark().databases, cfg)

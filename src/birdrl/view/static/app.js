@@ -295,7 +295,7 @@
   function stageTable(source) {
     const cols = source.columns;
     const cats = [...new Set(cols.flatMap((c) => Object.keys((c.evaluation || {}).per_category || {})))];
-    const head = ["column", "time", "SR", ...cats, "tool-call validity", "submitted", "mean reward", "stop reasons", "training signal", ""];
+    const head = ["column", "time", "scoring", "SR", ...cats, "tool-call validity", "submitted", "mean reward", "stop reasons", "training signal", ""];
     const table = h("table", { class: "stages" }, h("thead", {}, h("tr", {}, head.map((x) => h("th", {}, x)))));
     const body = h("tbody");
     let prev = null;
@@ -312,6 +312,7 @@
         h("tr", {},
           h("td", {}, h("a", { href: `#/tasks?col=${col.cell}` }, col.title)),
           h("td", {}, seconds),
+          h("td", { title: "scoring semantics (docs/evaluation.md)" }, col.semantics || "—"),
           h("td", {}, ev ? pct(ev.success_rate) : "not evaluated", " ", ev ? delta(ev.success_rate, pev && pev.success_rate) : null),
           catCells,
           h("td", {}, ev ? pct(ev.tool_call_validity) : "—"),
