@@ -157,7 +157,13 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _grpo(
-    warm: dict[str, Any], name: str, *, max_tool_calls: int = 3, on_trainer: Any = None
+    warm: dict[str, Any],
+    name: str,
+    *,
+    max_tool_calls: int = 3,
+    on_trainer: Any = None,
+    steps: int = STEPS,
+    env_server: str | None = None,
 ) -> tuple[StageOutput, list[dict[str, Any]], Any]:
     """Stage-4 GRPO from the warm model; the output, every episode (in order) and the
     trainer."""
@@ -169,7 +175,7 @@ def _grpo(
             on_trainer(trainer)
 
     stage = GRPOStageConfig(
-        max_steps=STEPS,
+        max_steps=steps,
         learning_rate=1e-3,
         batch_size=BATCH,
         grad_accum=1,
@@ -178,6 +184,7 @@ def _grpo(
         temperature=0.7,
         beta=0.0,
         max_tool_calls=max_tool_calls,
+        env_server=env_server,
     )
     tasks = warm["tasks"]
     rows = [
@@ -281,3 +288,27 @@ def test_stage4_learns_to_explore_through_the_environment(
         assert problems, f"the learnability check passed although {broken}"
     if broken == "reward-cut-from-loss":
         assert summary["weight_change"] == 0
+
+
+def test_stage4_runs_through_the_environment_server(warm: dict[str, Any]) -> None:
+    """Stage 4 with ``stage4.env_server`` set: TRL's tool loop drives sessions of
+    ``birdrl env serve`` (the same server the command runs), and the rewards it trains on
+    are the server's fresh-replica scores."""
+    pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
+    from birdrl.env.sqlact import EnvConfig
+    from birdrl.serve.server import ServeConfig, ServedEnv
+
+    config = ServeConfig(port=0, max_sessions=BATCH, env=EnvConfig(max_tool_calls=3))
+    with ServedEnv(warm["tasks"], warm["databases"], config) as served:
+        output, history, _ = _grpo(warm, "served", steps=2, env_server=served.url)
+        assert served.service is not None
+        server = served.service.stats()
+    client = json.loads((warm["root"] / "served" / "episodes-rank0.json").read_text())
+    # one session per episode (a trajectory), opened by its reset
+    assert len(history) == 2 * BATCH == server["episodes"] == server["sessions"]
+    assert client["infra_errors"] == 0 and server["submitted"] == client["submitted"] > 0
+    # every replica was one of the server's, and TRL logged the server's rewards
+    assert all("birdrl-env-" in replica for _, replica in client["leases"])
+    logged = [e["reward"] for e in output.log_history if "reward" in e]
+    assert logged == pytest.approx([r for r, _ in per_step(history)], abs=1e-6)
+    assert server["leased"] == 0  # every session ended

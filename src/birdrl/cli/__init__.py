@@ -11,6 +11,7 @@ from birdrl import __version__
 from birdrl.cli.curriculum import curriculum_command
 from birdrl.cli.data import data_app
 from birdrl.cli.demo import demo_command
+from birdrl.cli.env import env_app
 from birdrl.cli.evaluate import eval_command
 from birdrl.cli.models import models_app
 from birdrl.cli.pool import pool_app
@@ -29,6 +30,7 @@ app.add_typer(pool_app, name="pool")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
+app.add_typer(env_app, name="env")
 app.command("eval")(eval_command)
 app.command("demo")(demo_command)
 app.command("curriculum")(curriculum_command)

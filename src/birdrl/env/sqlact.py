@@ -20,6 +20,7 @@ answer (a script, split into its statements) is scored the same way.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -176,6 +177,17 @@ class SQLActEnv:
     @property
     def traj_id(self) -> str:
         return self._episode().traj_id
+
+    @property
+    def replica(self) -> str:
+        """Where the episode's replica is (a path, or a server locator without the
+        credentials it carries); empty when it holds none."""
+        lease = self._episode().lease
+        return "" if lease is None else re.sub(r"://[^@/]*@", "://", lease.locator)
+
+    @property
+    def dialect(self) -> str:
+        return self.pool.dialect
 
     def _episode(self) -> _Episode:
         if self._ep is None:

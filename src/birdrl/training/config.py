@@ -130,8 +130,18 @@ class GRPOStageConfig:
     log_groups: int = 4
     """GRPO groups (a prompt, its G completions, their rewards and advantages) written per
     step to ``stageN/groups.jsonl`` for `birdrl view`; 0 writes none."""
+    env_server: str | None = None
+    """Stage 4: run the episodes on ``birdrl env serve`` at this URL (``http://host:port``;
+    its bearer token from ``BIRDRL_ENV_TOKEN``) instead of an in-process pool. The server
+    must serve the training tasks; its own limits (``--max-tool-calls``) apply."""
 
     def __post_init__(self) -> None:
+        if self.env_server is not None and not self.env_server.startswith(
+            ("http://", "https://", "ws://", "wss://")
+        ):
+            raise ConfigError(
+                f"env_server must be a URL such as http://127.0.0.1:8000, got {self.env_server!r}"
+            )
         if self.log_groups < 0:
             raise ConfigError(f"log_groups must be >= 0, got {self.log_groups}")
         if self.task_order not in ("stratified", "easy-first"):

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import re
 import threading
 import types
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from birdrl.db.fingerprint import content_fingerprint
 from birdrl.db.pool import ReplicaPool
@@ -35,6 +34,9 @@ from birdrl.env.types import StopReason, ToolCall
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
+
+if TYPE_CHECKING:
+    from birdrl.serve.client import RemoteSQLActEnv
 
 __all__ = [
     "EpisodeStats",
@@ -113,7 +115,17 @@ class ToolEnvSession:
         prefix: str = "grpo",
         worker_id: int | None = None,
         verify_clean: bool = False,
+        server: str | None = None,
+        token: str | None = None,
     ) -> None:
+        if server is not None and verify_clean:
+            raise BirdrlError(
+                "verify_clean fingerprints replicas in this process; with an environment "
+                "server the replicas are the server's (turn one of them off)"
+            )
+        self.server = server
+        """``birdrl env serve``'s URL: episodes run there, one session each."""
+        self.token = token
         self.tasks = dict(tasks)
         self.verify_clean = verify_clean
         """Fingerprint every replica when it is leased and fail if it differs from its
@@ -128,6 +140,14 @@ class ToolEnvSession:
         self.stats = EpisodeStats()
         self.instances: list[SQLActToolEnv] = []
         self._ids = itertools.count()
+
+    def new_env(self) -> SQLActEnv | RemoteSQLActEnv:
+        """An episode runner: in process on the pool, or a session on the server."""
+        if self.server is not None:
+            from birdrl.serve.client import RemoteSQLActEnv
+
+            return RemoteSQLActEnv(self.server, self.token)
+        return SQLActEnv(self.pool, self.evaluator, self.config, worker_id=self.worker_id)
 
     @property
     def factory(self) -> partial[SQLActToolEnv]:
@@ -163,9 +183,7 @@ class SQLActToolEnv:
 
     def __init__(self, session: ToolEnvSession) -> None:
         self._session = session
-        self._env = SQLActEnv(
-            session.pool, session.evaluator, session.config, worker_id=session.worker_id
-        )
+        self._env = session.new_env()
         self._reward: float | None = 0.0
         self._done = True
         self._calls = 0
@@ -190,8 +208,7 @@ class SQLActToolEnv:
         self._reward = 0.0
         self._done = False
         self._calls = 0
-        # where the replica is, without the credentials a server locator carries
-        replica = re.sub(r"://[^@/]*@", "://", self._session.pool.get(traj_id).locator)
+        replica = self._env.replica
         self._record = {
             "traj_id": traj_id,
             "instance_id": task.instance_id,
@@ -227,7 +244,7 @@ class SQLActToolEnv:
         Returns:
             How many hidden tests passed.
         """
-        split = get_dialect(self._session.pool.dialect).split_statements
+        split = get_dialect(self._env.dialect).split_statements
         statements = split(sql) if isinstance(sql, str) else []
         argument: str | list[str] = statements if len(statements) > 1 else sql
         return self._call("submit_solution", argument)

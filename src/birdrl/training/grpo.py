@@ -15,6 +15,7 @@ a `Rollouts` object says how completions are produced and scored:
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -231,7 +232,11 @@ class EpisodeRollouts(Rollouts):
             prefix=f"r{rank}-s{job.stage}",  # globally unique trajectory ids
             worker_id=rank,
             verify_clean=config.verify_clean_leases,
+            server=stage_config.env_server,
+            token=os.environ.get("BIRDRL_ENV_TOKEN") or None,
         )
+        if stage_config.env_server is not None:
+            notes.append(f"episodes ran on the environment server {stage_config.env_server}")
         if stage_config.reward != "execution":
             notes.append(
                 f"stage 4 rewards episodes by execution; reward {stage_config.reward!r} "
