@@ -2,8 +2,8 @@
 layers below it, never one above (lazy imports inside functions included), and no
 module imports another module's private names.
 
-    errors, cache  <  tasks  <  db  <  bench  <  evaluation  <  env  <  agents  <  data
-                   <  view  <  training  <  cli
+    errors, cache  <  tasks  <  db  <  bench  <  evaluation  <  env  <  serve  <  agents
+                   <  data  <  view  <  training  <  cli
 
 `view` only reads run artifacts (it imports `tasks` for the task SQL of old records), so
 `training` may write a run's viewer."""
@@ -23,6 +23,7 @@ LAYERS = [
     "bench",
     "evaluation",
     "env",
+    "serve",
     "agents",
     "data",
     "view",
