@@ -423,3 +423,16 @@ def test_the_contamination_fuzzer_through_the_server(
     assert checked == 60
     for db, path in templates.items():
         assert file_sha(path) == expected[db][1], f"template {db} changed"
+
+
+def test_the_docs_list_every_option_of_env_serve() -> None:
+    import typer.main
+
+    serve: Any = typer.main.get_command(app).commands["env"].commands["serve"]  # type: ignore[attr-defined]
+    options = {
+        name for p in serve.params for name in p.opts if name.startswith("--") and name != "--help"
+    }
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text()
+    table = set(re.findall(r"^\| `(--[a-z-]+)`(?:, `(--[a-z-]+)`)?", docs, re.M))
+    documented = {name for row in table for name in row if name}
+    assert documented == options

@@ -36,7 +36,9 @@ def serve_command(
     ] = 64,
     idle_timeout: Annotated[
         float,
-        typer.Option(help="End an episode idle this many seconds and release its replica."),
+        typer.Option(
+            help="End an episode idle this many seconds and release its replica (0: never)."
+        ),
     ] = 600.0,
     max_tool_calls: Annotated[int, typer.Option(help="Tool calls per episode.")] = 5,
     semantics: Annotated[
