@@ -312,3 +312,4 @@ def test_stage4_runs_through_the_environment_server(warm: dict[str, Any]) -> Non
     logged = [e["reward"] for e in output.log_history if "reward" in e]
     assert logged == pytest.approx([r for r, _ in per_step(history)], abs=1e-6)
     assert server["leased"] == 0  # every session ended
+    assert not (warm["root"] / "served" / "pool").exists()  # no local replica pool

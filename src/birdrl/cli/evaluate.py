@@ -163,7 +163,7 @@ def eval_command(
                 "there); for a predictions report, run birdrl view REPORT.json"
             )
         # options are checked before anything slow (databases, pools, models) starts
-        config = EvalConfig(official_quirks=not fix_quirks, semantics=semantics)
+        config = EvalConfig(official_quirks=not fix_quirks, semantics=Semantics.parse(semantics))
         if workers is not None:
             config = replace(config, workers=workers)
         rollout = None

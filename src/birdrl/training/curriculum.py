@@ -28,6 +28,7 @@ from birdrl.data.stages import StageDataset
 from birdrl.env.sqlact import EnvConfig
 from birdrl.env.types import StopReason
 from birdrl.evaluation.evaluator import EvalConfig
+from birdrl.evaluation.semantics import Semantics
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.overlap import OverlapSummary
@@ -227,9 +228,11 @@ class _Run:
                 "stage4.text2sql_ratio: text-to-SQL mixing applies to stage 3 (single-turn) only"
             )
         self.overlap = self.check_overlap()
-        self.eval_config = EvalConfig(workers=2, semantics=cfg.eval_semantics)
+        self.eval_config = EvalConfig(workers=2, semantics=Semantics.parse(cfg.eval_semantics))
         """Scores the held-out evaluations."""
-        self.reward_config = replace(self.eval_config, semantics=cfg.reward_semantics)
+        self.reward_config = replace(
+            self.eval_config, semantics=Semantics.parse(cfg.reward_semantics)
+        )
         """Scores GRPO rewards, teacher data and the issue-SQL credit."""
         self.records: list[StageRecord] = []
         self.generation = RunGeneration(cfg, plan_generation(cfg, self.dist.world_size))

@@ -108,8 +108,8 @@ class ToolEnvSession:
     def __init__(
         self,
         tasks: Mapping[str, Task],
-        pool: ReplicaPool | RemotePool,
-        evaluator: Evaluator,
+        pool: ReplicaPool | RemotePool | None,
+        evaluator: Evaluator | None,
         config: EnvConfig | None = None,
         *,
         prefix: str = "grpo",
@@ -118,6 +118,8 @@ class ToolEnvSession:
         server: str | None = None,
         token: str | None = None,
     ) -> None:
+        if server is None and (pool is None or evaluator is None):
+            raise BirdrlError("episodes need a replica pool and an evaluator, or a server")
         if server is not None and verify_clean:
             raise BirdrlError(
                 "verify_clean fingerprints replicas in this process; with an environment "
@@ -147,6 +149,7 @@ class ToolEnvSession:
             from birdrl.serve.client import RemoteSQLActEnv
 
             return RemoteSQLActEnv(self.server, self.token)
+        assert self.pool is not None and self.evaluator is not None  # checked in __init__
         return SQLActEnv(self.pool, self.evaluator, self.config, worker_id=self.worker_id)
 
     @property
@@ -158,6 +161,7 @@ class ToolEnvSession:
 
     def check_clean(self, traj_id: str, db_id: str) -> None:
         """Lease `traj_id`'s replica now and compare its content with the template's."""
+        assert self.pool is not None  # verify_clean is refused with a server
         lease = self.pool.acquire(traj_id, db_id, worker_id=self.worker_id)
         if db_id not in self._fingerprints:
             template = self.pool.templates[db_id]

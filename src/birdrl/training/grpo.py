@@ -21,7 +21,7 @@ import shutil
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from birdrl.agents.base import Agent
 from birdrl.db.pool import ReplicaPool
 from birdrl.env.sqlact import EnvConfig
+from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig, Evaluator
 from birdrl.evaluation.semantics import REWARD_SEMANTICS
 from birdrl.evaluation.session import scoring_session
@@ -151,8 +152,8 @@ class Rollouts(ABC):
     def attach(
         self,
         job: StageJob[GRPOStageConfig],
-        pool: ReplicaPool,
-        evaluator: Evaluator,
+        pool: ReplicaPool | None,
+        evaluator: Evaluator | None,
         notes: list[str],
     ) -> AbstractContextManager[RolloutInputs]:
         """The trainer's inputs for the stage's duration; on exit (training over, or
@@ -174,10 +175,12 @@ class SingleTurnRollouts(Rollouts):
     def attach(
         self,
         job: StageJob[GRPOStageConfig],
-        pool: ReplicaPool,
-        evaluator: Evaluator,
+        pool: ReplicaPool | None,
+        evaluator: Evaluator | None,
         notes: list[str],
     ) -> Iterator[RolloutInputs]:
+        if evaluator is None:
+            raise BirdrlError("single-turn rollouts score in this process: they need an evaluator")
         reward = make_reward(
             job.stage_config.reward, tasks=self.tasks, evaluator=evaluator, judge=self.judge
         )
@@ -211,8 +214,8 @@ class EpisodeRollouts(Rollouts):
     def attach(
         self,
         job: StageJob[GRPOStageConfig],
-        pool: ReplicaPool,
-        evaluator: Evaluator,
+        pool: ReplicaPool | None,
+        evaluator: Evaluator | None,
         notes: list[str],
     ) -> Iterator[RolloutInputs]:
         config, stage_config = job.config, job.stage_config
@@ -278,18 +281,24 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
         config, plan_generation(replace(config, generation_engine="hf"))
     )
     args = _grpo_args(config, stage_config, out_dir, rollouts.multi_turn, generation)
-    used = {row["db_id"]: rollouts.databases[row["db_id"]] for row in job.rows}
     plan = rollouts.pool_plan(job)
     dist = dist_context()
-    with scoring_session(
-        used,
-        replicas_per_db=plan.replicas_per_db,
-        eval_config=rollouts.eval_config,
-        prefix=f"birdrl-stage{stage}-",
-        pool_root=plan.pool_root,
-        workers=plan.workers,
-        worker_id=plan.worker_id,
-    ) as (pool, evaluator):
+    # episodes on an environment server lease and score there: no local pool, no databases
+    remote = rollouts.multi_turn and stage_config.env_server is not None
+    sessions: AbstractContextManager[tuple[Any, Any]] = (
+        nullcontext((None, None))
+        if remote
+        else scoring_session(
+            {row["db_id"]: rollouts.databases[row["db_id"]] for row in job.rows},
+            replicas_per_db=plan.replicas_per_db,
+            eval_config=rollouts.eval_config,
+            prefix=f"birdrl-stage{stage}-",
+            pool_root=plan.pool_root,
+            workers=plan.workers,
+            worker_id=plan.worker_id,
+        )
+    )
+    with sessions as (pool, evaluator):
         with rollouts.attach(job, pool, evaluator, notes) as inputs:
             trainer_class = (
                 prefix_sharing_trainer(GRPOTrainer) if config.prefix_sharing else GRPOTrainer

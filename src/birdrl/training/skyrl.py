@@ -49,7 +49,7 @@ def _setting(config: Mapping[str, Any] | None, key: str, env_var: str) -> str | 
     return str(value) if value else None
 
 
-class SkyRLSQLActEnv(BaseTextEnv):  # type: ignore[misc]
+class SkyRLSQLActEnv(BaseTextEnv):
     """One trajectory on an environment server. `env_config`: ``server`` (URL; default
     ``$BIRDRL_ENV_SERVER``), ``token`` (default ``$BIRDRL_ENV_TOKEN``), ``max_turns``.
     `extras` (the dataset row): ``instance_id`` (or ``extra_info.instance_id``), and

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from birdrl.errors import BirdrlError
+from birdrl.evaluation.semantics import Semantics, SemanticsError
 
 if TYPE_CHECKING:
     from birdrl.db.pool import ReplicaPool
@@ -111,8 +112,6 @@ class VerlConfig:
             if not _type_ok(name, value):
                 raise VerlConfigError(f"{source}: {name!r} has the wrong type: {value!r}")
         if "semantics" in data:
-            from birdrl.evaluation.semantics import Semantics, SemanticsError
-
             try:
                 Semantics.parse(data["semantics"])
             except SemanticsError as exc:
@@ -185,7 +184,7 @@ class VerlRuntime:
                 cfg = EvalConfig(
                     workers=self.config.eval_workers,
                     job_timeout_s=self.config.job_timeout_s,
-                    semantics=self.config.semantics,
+                    semantics=Semantics.parse(self.config.semantics),
                 )
                 self._evaluator = self._scoring.enter_context(
                     open_evaluator(self.benchmark().databases, cfg)
