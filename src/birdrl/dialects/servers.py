@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from birdrl.dialects.base import PhaseLike
+
 __all__ = [
     "call_test_case",
     "four_argument_ex_base",
@@ -62,7 +64,7 @@ def takes_conditions(test_case: Callable[..., Any]) -> bool:
     return "conditions" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def call_test_case(test_case: Callable[..., Any], args: tuple[Any, ...], job: Any) -> None:
+def call_test_case(test_case: Callable[..., Any], args: tuple[Any, ...], job: PhaseLike) -> None:
     """Call a test case as the phase's rules say: with ``conditions`` when the rules pass
     them and the test accepts them (the default test, tests carried over from SQLite),
     else with exactly the four official arguments (an official PostgreSQL or MySQL test

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from typing import Any
 from openenv.core import Environment, create_fastapi_app
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from birdrl import __version__
 from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
 from birdrl.env.tools import TOOLS
 from birdrl.env.types import ToolCall
@@ -47,7 +48,7 @@ from birdrl.evaluation.session import scoring_session
 from birdrl.serve.wire import SQLActObservation, SQLActState, ToolCallAction
 from birdrl.tasks.model import Task
 
-__all__ = ["EnvService", "ServeConfig", "ServedEnv", "check_bind", "serve_env"]
+__all__ = ["EnvService", "ServeConfig", "ServedEnv", "check_bind"]
 
 ENV_NAME = "birdrl-sqlact"
 
@@ -284,7 +285,9 @@ class SQLActServerEnv(Environment[ToolCallAction, SQLActObservation, SQLActState
                 stop_reason=reason,
                 reward=float(result.reward) if result.done else None,
                 done=result.done,
-                metadata={k: v for k, v in result.info.items() if k == "infra_error"},
+                metadata={"infra_error": result.info["infra_error"]}
+                if "infra_error" in result.info
+                else {},
             )
 
     @property
@@ -302,7 +305,7 @@ class SQLActServerEnv(Environment[ToolCallAction, SQLActObservation, SQLActState
         return EnvironmentMetadata(
             name=ENV_NAME,
             description="SQL debugging with trajectory-scoped database replicas (birdrl)",
-            version=_version(),
+            version=__version__,
         )
 
     # birdrl's idle reaper ---------------------------------------------------------------
@@ -325,12 +328,6 @@ class SQLActServerEnv(Environment[ToolCallAction, SQLActObservation, SQLActState
             return True
         finally:
             self._lock.release()
-
-
-def _version() -> str:
-    from birdrl import __version__
-
-    return __version__
 
 
 def build_app(service: EnvService) -> Any:
@@ -479,12 +476,3 @@ class ServedEnv:
             for session in list(self.service.sessions):
                 session.close()
         self._stack.close()
-
-
-@contextlib.contextmanager
-def serve_env(
-    tasks: Mapping[str, Task], databases: Mapping[str, str | Path], config: ServeConfig
-) -> Iterator[ServedEnv]:
-    """``with serve_env(tasks, dbs, cfg) as served:`` the server, stopped on exit."""
-    with ServedEnv(tasks, databases, config) as served:
-        yield served

@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["SPLIT_MARKER", "split_sql_field"]
+__all__ = ["split_sql_field"]
 
-SPLIT_MARKER = "[split]"
 _SPLIT = re.compile(r"\[split\]\s*")
 
 

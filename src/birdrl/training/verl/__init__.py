@@ -68,10 +68,10 @@ class VerlConfig:
     db_root: str | None = None
     """Database root for the tasks (not needed for ``bundled:``)."""
     eval_workers: int = 4
+    """Evaluator worker processes per verl process (scoring answers and submissions)."""
     semantics: str = "strict"
     """Scoring semantics of the reward (docs/evaluation.md): ``strict``, or ``official``
     to reward exactly what the official evaluator counts as solved."""
-    """Evaluator worker processes per verl process (scoring answers and submissions)."""
     job_timeout_s: float = 120.0
     """Wall-clock limit of one scoring job."""
     pool_root: str | None = None
