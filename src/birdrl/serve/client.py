@@ -21,6 +21,8 @@ import httpx
 from openenv.core import EnvClient
 from openenv.core.client_types import StepResult as WireResult
 
+from birdrl.env.parse import parse_turn
+from birdrl.env.tools import TOOL_NAMES
 from birdrl.env.types import Message, StepResult, StopReason, ToolCall
 from birdrl.errors import BirdrlError
 from birdrl.serve.wire import SQLActObservation, SQLActState, ToolCallAction
@@ -114,6 +116,18 @@ class RemoteSQLActEnv:
         self._replica = observation.replica
         self._dialect = observation.dialect
         return list(observation.messages)
+
+    def step(self, model_text: str) -> StepResult:
+        """Apply one model turn given as text (text-in adapters: SkyRL, verifiers). The calls
+        are read out of it here by birdrl's parser and run as in `call`; an unreadable turn
+        gets the parser's hint with ``info["invalid"]`` and never reaches the server, so the
+        caller's own turn limit must bound it."""
+        parsed = parse_turn(model_text if isinstance(model_text, str) else "", TOOL_NAMES)
+        if parsed.error is not None:
+            return StepResult(parsed.error, 0.0, False, False, None, {"invalid": True})
+        result = self.call(parsed.calls)
+        result.info.setdefault("tool_calls", len(parsed.calls))
+        return result
 
     def call(self, calls: ToolCall | Sequence[ToolCall]) -> StepResult:
         """Run the turn's tool calls on the server, one step each, until one ends the

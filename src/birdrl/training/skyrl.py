@@ -24,8 +24,6 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from birdrl.env.parse import parse_turn
-from birdrl.env.tools import TOOL_NAMES
 from birdrl.env.types import Message, StopReason
 from birdrl.errors import BirdrlError
 from birdrl.serve.client import RemoteSQLActEnv
@@ -85,12 +83,11 @@ class SkyRLSQLActEnv(BaseTextEnv):
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
-        parsed = parse_turn(action, TOOL_NAMES)
-        if parsed.error is not None:
+        result = self._env.step(action)
+        if result.info.get("invalid"):
             self._metrics["invalid_turns"] += 1
-            return self._output(parsed.error, 0.0, self.turns >= self.max_turns, {})
-        self._metrics["tool_calls"] += len(parsed.calls)
-        result = self._env.call(parsed.calls)
+            return self._output(result.observation, 0.0, self.turns >= self.max_turns, {})
+        self._metrics["tool_calls"] += int(result.info["tool_calls"])
         meta = {"stop_reason": result.stop_reason.value if result.stop_reason else None}
         if result.stop_reason is StopReason.INFRA_ERROR:
             meta["infra_error"] = result.info.get("infra_error", result.observation)
