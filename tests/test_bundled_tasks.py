@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from birdrl.cli import app
-from birdrl.data.easy_split import write_easy_split
+from birdrl.data.easy_split import build_train_easy_split, write_easy_split
 from birdrl.evaluation import EvalConfig
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, validate_tasks
 from birdrl.tasks import Category, Task
@@ -35,7 +35,7 @@ def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def splits(db_root: Path) -> dict[str, list[Task]]:
     out = {}
-    for split in ("train", "test", "test-easy"):
+    for split in ("train", "test", "test-easy", "train-easy"):
         bench = open_benchmark(f"bundled:{split}", db_root)
         assert not bench.tasks.skipped
         out[split] = [t for t in bench.tasks if isinstance(t, Task)]
@@ -101,7 +101,39 @@ def test_every_task_is_valid(splits: dict[str, list[Task]], db_root: Path, split
     assert not invalid, "\n".join(invalid)
 
 
-@pytest.mark.parametrize("split", ["train", "test", "test-easy"])
+def test_shipped_train_easy_split_is_what_the_builder_makes(
+    splits: dict[str, list[Task]], db_root: Path
+) -> None:
+    """Rebuilt for one database (the builder numbers tasks per database; all six take
+    minutes): the shipped tasks of that database, record for record."""
+    db = "hr"
+    train = [t for t in splits["train"] if t.db_id == db]
+    text2sql = [
+        t
+        for t in open_benchmark("bundled:text2sql-train", db_root).text_to_sql_tasks()
+        if t.db_id == db
+    ]
+    heldout = splits["test"] + splits["test-easy"]
+    databases = {db: db_root / db / f"{db}.sqlite"}
+    built = [t.to_record() for t in build_train_easy_split(train, text2sql, heldout, databases)]
+    shipped = [t.to_record() for t in splits["train-easy"] if t.db_id == db]
+    assert shipped == built, "train-easy.jsonl is stale: run python -m birdrl.data.easy_split"
+
+
+def test_train_easy_split_comes_from_the_train_side_only(splits: dict[str, list[Task]]) -> None:
+    easy = splits["train-easy"]
+    assert len(easy) >= 150 and {t.db_id for t in easy} == set(BUNDLED_DB_IDS)
+    assert find_overlap(easy, splits["test"] + splits["test-easy"]) == []
+    train_ids = {t.instance_id for t in splits["train"]}
+    for task in easy:
+        record = task.to_record()
+        assert record["source"] in train_ids or record["source"].startswith("t2s"), record
+        # the fix is in the buggy SQL's layout: one edit away, line for line
+        issue, sol = task.issue_sql[0].splitlines(), task.sol_sql[0].splitlines()
+        assert issue != sol and abs(len(issue) - len(sol)) <= 2, task.instance_id
+
+
+@pytest.mark.parametrize("split", ["train", "test", "test-easy", "train-easy"])
 def test_gold_scores_100_and_issue_scores_0(splits, db_root: Path, split: str) -> None:
     tasks = splits[split]
     databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}

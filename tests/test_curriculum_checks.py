@@ -23,16 +23,18 @@ def test_tiny_subsets_span_databases_and_categories(tmp_path: Path) -> None:
     assert set(Counter(t.category for t in held_out).values()) == {4}
     rows = run.stage_data(1).rows
     assert len(rows) == 12 and len({r["db_id"] for r in rows}) == 6
-    assert {r["category"] for r in rows} == {"Query", "Management", "Personalization"}
+    # the tiny preset trains on bundled:train-easy: single-edit queries and updates
+    assert {r["category"] for r in rows} == {"Query", "Management"}
 
 
 def test_held_out_tasks_that_overlap_training_warn_or_refuse(tmp_path: Path) -> None:
     clean = _Run(load_preset("tiny"), tmp_path / "clean", None)
-    assert clean.overlap.describe() == "none of 24 tasks share text"  # held-out and easy
+    # 12 held-out tasks and all 32 of the easy split
+    assert clean.overlap.describe() == "none of 44 tasks share text"
     said: list[str] = []
-    leaky = apply_overrides(load_preset("tiny"), ["eval_tasks='bundled:train'"])
+    leaky = apply_overrides(load_preset("tiny"), ["eval_tasks='bundled:train-easy'"])
     run = _Run(leaky, tmp_path / "leaky", said.append)
-    assert run.overlap.describe().startswith("12 of 24 tasks share text (query 12, db_query 12")
+    assert run.overlap.describe().startswith("12 of 44 tasks share text (query 12, db_query 12")
     assert [m for m in said if m.startswith("warning: held-out tasks overlap the training")]
     refused = apply_overrides(leaky, ["refuse_overlap=true"])
     with pytest.raises(ConfigError, match="refused \\(refuse_overlap = true\\)"):

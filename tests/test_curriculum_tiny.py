@@ -1,9 +1,10 @@
 """The full ``tiny`` preset: the embedded SmolLM2-135M through all four stages on the CPU
-(19 minutes on 2 idle cores of a Zen 4 EPYC with native bf16; an AVX2-only CPU has not
-been measured with this release, docs/training.md), and what it must show: after stage 2 at
-least half of the tool calls parse and half of the held-out episodes submit (the base
-model: none), a GRPO stage has reward variance in at least a quarter of its groups, and so
-does stage 4, whose weights move; every stage is also evaluated on the easy split.
+(19.4 minutes on 2 idle cores of an Intel Xeon with AMX; an AVX2-only CPU has not been
+measured with this release, docs/training.md), and what it must show: after stage 2, 40% of
+the tool calls parse and half of the held-out episodes submit (the base model: none), and a
+stage after it solves a task of the easy split; a GRPO stage has reward variance in at
+least a quarter of its groups, and so does stage 4, whose weights move; every stage is also
+evaluated on all 32 tasks of the easy split.
 Not part of the default run: ``pytest -m slow``."""
 
 from __future__ import annotations
@@ -40,13 +41,19 @@ def test_tiny_preset_runs_all_four_stages(tmp_path: Path) -> None:
     base, stage2 = result.records[0].evaluation, result.records[2].evaluation
     assert base is not None and stage2 is not None
     assert base["submission_rate"] == 0
-    assert stage2["tool_call_validity"] >= 0.5 and stage2["submission_rate"] >= 0.5
+    assert stage2["tool_call_validity"] >= 0.4 and stage2["submission_rate"] >= 0.5
+    # trained on single-edit bugs of the train side, it fixes some of the test side's
+    easy = [r.easy_evaluation or {} for r in result.records]
+    assert max(e["success_rate"] for e in easy[2:]) > 0, [e["success_rate"] for e in easy]
     no_signal = [summarize("grpo", r.log_history)["no_signal_share"] for r in result.records[3:]]
     assert min(no_signal) <= 0.75, f"GRPO groups without signal: {no_signal}"
     # stage 4 learns from its episodes: signal in a quarter of its groups, weights moved
     stage4 = result.records[4].diagnostics or {}
     assert stage4["no_signal_share"] <= 0.75 and stage4["weight_change"] > 0, stage4
-    assert all(r.easy_evaluation is not None for r in result.records)  # the easy split
+    # the easy split, all 32 tasks of it
+    assert all(
+        r.easy_evaluation is not None and r.easy_evaluation["n"] == 32 for r in result.records
+    )
     # held-out scores as the official evaluator gives them, rewards strict
     assert all(
         r.semantics == {"evaluation": "official", "reward": "strict"} for r in result.records

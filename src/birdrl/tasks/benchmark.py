@@ -22,9 +22,10 @@ __all__ = [
     "task_file",
 ]
 
-BUNDLED_SPLITS = ("train", "test", "test-easy")
-"""The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` is synthesized
-from ``test`` (`birdrl.data.easy_split`)."""
+BUNDLED_SPLITS = ("train", "test", "test-easy", "train-easy")
+"""The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` and
+``train-easy`` are single-edit bugs synthesized from the test and the train side
+(`birdrl.data.easy_split`)."""
 BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")
 """The bundled text-to-SQL splits (``tasks/text2sql/{train,test}.jsonl``)."""
 

@@ -159,6 +159,8 @@ class EvalSettings:
     limit: int | None = None
     """Evaluate on N held-out tasks (None: all), taken across databases and categories
     with the run's seed (`birdrl.tasks.subset.stratified_subset`)."""
+    easy_limit: int | None = None
+    """Evaluate on N tasks of `easy_eval_tasks`, taken like `limit`'s (None: as `limit`)."""
     max_new_tokens: int = 1024
     max_tool_calls: int = 5
     batch_size: int = 8

@@ -211,9 +211,8 @@ class _Run:
         self.easy_tasks: list[Task] = []
         if cfg.easy_eval_tasks:
             self.easy = open_benchmark(cfg.easy_eval_tasks, cfg.db_root)
-            self.easy_tasks = stratified_subset(
-                self.easy.debugging_tasks(), cfg.evaluation.limit, cfg.seed
-            )
+            easy_limit = cfg.evaluation.easy_limit or cfg.evaluation.limit
+            self.easy_tasks = stratified_subset(self.easy.debugging_tasks(), easy_limit, cfg.seed)
         self.easy_results: dict[int, dict[str, Any]] = {}
         """Stage -> its evaluation on the easy split (`easy_eval_tasks`)."""
         self.text2sql: list[TextToSQLTask] = []
