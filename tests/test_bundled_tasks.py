@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from birdrl.cli import app
 from birdrl.data.easy_split import build_train_easy_split, write_easy_split
+from birdrl.data.mutations import parse_sql, render_sql
 from birdrl.evaluation import EvalConfig
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, validate_tasks
 from birdrl.tasks import Category, Task
@@ -128,9 +129,10 @@ def test_train_easy_split_comes_from_the_train_side_only(splits: dict[str, list[
     for task in easy:
         record = task.to_record()
         assert record["source"] in train_ids or record["source"].startswith("t2s"), record
-        # the fix is in the buggy SQL's layout: one edit away, line for line
-        issue, sol = task.issue_sql[0].splitlines(), task.sol_sql[0].splitlines()
-        assert issue != sol and abs(len(issue) - len(sol)) <= 2, task.instance_id
+        # the fix is written in the buggy SQL's layout (sqlglot's pretty form), so the two
+        # differ only where the bug is
+        (issue,), (sol,) = task.issue_sql, task.sol_sql
+        assert sol == render_sql(parse_sql(sol), pretty=True) and sol != issue, task.instance_id
 
 
 @pytest.mark.parametrize("split", ["train", "test", "test-easy", "train-easy"])

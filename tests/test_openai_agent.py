@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from fake_http import JSONHandler
 
 from birdrl.agents.base import Agent, GenerationConfig, render_tool_call
 from birdrl.agents.openai_api import (
@@ -91,12 +92,9 @@ class FakeServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 with server.lock:
                     server.requests.append(body)
                     server.headers.append(dict(self.headers.items()))

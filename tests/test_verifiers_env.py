@@ -26,6 +26,7 @@ if shutil.which("uv") is None:
     )
 
 import verifiers.v1 as vf  # noqa: E402
+from fake_http import JSONHandler  # noqa: E402
 
 from birdrl.serve.server import ServeConfig, ServedEnv  # noqa: E402
 from birdrl.tasks.benchmark import open_benchmark  # noqa: E402
@@ -57,12 +58,9 @@ class FakeChat:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 server.requests.append(body["messages"])
                 text = server.policy(body["messages"])
                 head = {"id": "c", "created": int(time.time()), "model": body["model"]}
