@@ -34,6 +34,7 @@ from birdrl.env.types import StepResult, StopReason
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.semantics import REWARD_SEMANTICS, Semantics
+from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.tasks.model import Task
 
 __all__ = [
@@ -91,6 +92,11 @@ class SQLActTaskset(vf.Taskset[SQLActTask, SQLActTasksetConfig]):
     """birdrl's debugging tasks. A task has no prompt of its own: the prompt shows the
     database's schema, which the env renders when it resets the trajectory."""
 
+    def __init__(self, config: SQLActTasksetConfig) -> None:
+        super().__init__(config)
+        self._bench: Benchmark | None = None
+        self._tasks: dict[str, Task] | None = None
+
     def load(self) -> Iterator[SQLActTask]:
         for task in self.birdrl_tasks().values():
             yield SQLActTask(
@@ -106,13 +112,14 @@ class SQLActTaskset(vf.Taskset[SQLActTask, SQLActTasksetConfig]):
             )
 
     def birdrl_tasks(self) -> dict[str, Task]:
-        bench = self.benchmark()
-        return {t.instance_id: t for t in bench.debugging_tasks()}
+        """The spec's debugging tasks by instance id (loaded once)."""
+        if self._tasks is None:
+            self._tasks = {t.instance_id: t for t in self.benchmark().debugging_tasks()}
+        return self._tasks
 
-    def benchmark(self) -> Any:
-        from birdrl.tasks.benchmark import open_benchmark
-
-        if not hasattr(self, "_bench"):
+    def benchmark(self) -> Benchmark:
+        """The task spec, opened once (its databases are built on first use)."""
+        if self._bench is None:
             self._bench = open_benchmark(self.config.tasks, self.config.db_root)
         return self._bench
 
