@@ -19,6 +19,8 @@ import argparse
 import sqlite3
 import statistics
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from birdrl.agents.rollout import RolloutConfig, run_episodes
 from birdrl.agents.scripted import ScriptedAgent
@@ -27,12 +29,31 @@ from birdrl.env.tools import render_tool_call
 from birdrl.evaluation import EvalConfig
 from birdrl.evaluation.session import scoring_session
 from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.model import Task
 
 QUERY = (
     "SELECT c.Country, COUNT(*) AS invoices, ROUND(SUM(i.Total), 2) AS revenue "
     "FROM Invoice i JOIN Customer c ON c.CustomerId = i.CustomerId "
     "GROUP BY c.Country ORDER BY revenue DESC LIMIT 10"
 )
+
+
+def time_env_turns(
+    databases: Mapping[str, Any], task: Task, turn: Callable[[SQLActEnv], object], repeats: int
+) -> list[float]:
+    """Seconds of each of `repeats` calls of `turn(env)` on one in-process episode of `task`,
+    after one untimed call (it opens the replica's guarded connection)."""
+    with scoring_session(databases, eval_config=EvalConfig(workers=1)) as (pool, ev):
+        env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=repeats + 10, max_context_tokens=None))
+        env.reset(task)
+        turn(env)
+        out = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            turn(env)
+            out.append(time.perf_counter() - t0)
+        env.close()
+    return out
 
 
 def overhead(bench, repeats: int) -> None:
@@ -44,17 +65,8 @@ def overhead(bench, repeats: int) -> None:
         raw_conn.execute(QUERY).fetchall()
         raw.append(time.perf_counter() - t0)
     chinook = {"chinook": bench.databases["chinook"]}
-    with scoring_session(chinook, eval_config=EvalConfig(workers=1)) as (pool, ev):
-        env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=repeats + 10, max_context_tokens=None))
-        env.reset(task)
-        text = render_tool_call("execute_sql", {"sql": QUERY})
-        env.step(text)  # opens the guarded connection
-        through = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            env.step(text)
-            through.append(time.perf_counter() - t0)
-        env.close()
+    text = render_tool_call("execute_sql", {"sql": QUERY})
+    through = time_env_turns(chinook, task, lambda env: env.step(text), repeats)
     r, e = statistics.median(raw) * 1e3, statistics.median(through) * 1e3
     budget = 1.2 * r + 0.3
     print(

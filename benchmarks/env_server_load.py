@@ -19,42 +19,22 @@ import asyncio
 import statistics
 import time
 
+from env_overhead import QUERY, time_env_turns  # benchmarks/ is the script's directory
+
 from birdrl.agents.hardware import describe_machine
-from birdrl.env.sqlact import EnvConfig, SQLActEnv
+from birdrl.env.sqlact import EnvConfig
 from birdrl.env.types import ToolCall
 from birdrl.evaluation import EvalConfig
-from birdrl.evaluation.session import scoring_session
 from birdrl.serve.client import SQLActEnvClient
 from birdrl.serve.server import ServeConfig, ServedEnv
 from birdrl.serve.wire import ToolCallAction
 from birdrl.tasks.benchmark import open_benchmark
-
-QUERY = (
-    "SELECT c.Country, COUNT(*) AS invoices, ROUND(SUM(i.Total), 2) AS revenue "
-    "FROM Invoice i JOIN Customer c ON c.CustomerId = i.CustomerId "
-    "GROUP BY c.Country ORDER BY revenue DESC LIMIT 10"
-)
 
 
 def percentiles(seconds: list[float]) -> str:
     ms = sorted(x * 1e3 for x in seconds)
     p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
     return f"p50 {statistics.median(ms):.2f} ms, p99 {p99:.2f} ms (n={len(ms)})"
-
-
-def in_process(tasks, databases, repeats: int) -> list[float]:
-    with scoring_session(databases, eval_config=EvalConfig(workers=1)) as (pool, ev):
-        env = SQLActEnv(pool, ev, EnvConfig(max_tool_calls=repeats + 10, max_context_tokens=None))
-        env.reset(tasks[0])
-        call = ToolCall("execute_sql", {"sql": QUERY})
-        env.call(call)  # opens the guarded connection
-        out = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            env.call(call)
-            out.append(time.perf_counter() - t0)
-        env.close()
-    return out
 
 
 async def one_session(url: str, task, steps: int, record: dict[str, list[float]]) -> bool:
@@ -93,7 +73,8 @@ def main() -> None:
     bench = open_benchmark("bundled:test")
     tasks = [t for t in bench.debugging_tasks() if t.db_id == "chinook" and not t.preprocess_sql]
     databases = {"chinook": bench.databases["chinook"]}
-    local = in_process(tasks, databases, repeats=300)
+    call = ToolCall("execute_sql", {"sql": QUERY})
+    local = time_env_turns(databases, tasks[0], lambda env: env.call(call), repeats=300)
     config = ServeConfig(
         port=0,
         max_sessions=args.sessions,
