@@ -1,6 +1,6 @@
 """The full ``tiny`` preset: the embedded SmolLM2-135M through all four stages on the CPU
-(19.4 minutes on 2 idle cores of an Intel Xeon with AMX; an AVX2-only CPU has not been
-measured with this release, docs/training.md), and what it must show: after stage 2, 40% of
+(18.6 and 24.5 minutes on 2 idle cores of two Intel Xeon hosts with AMX; longer on an
+AVX2-only CPU, docs/training.md), and what it must show: after stage 2, 40% of
 the tool calls parse and half of the held-out episodes submit (the base model: none), and a
 stage after it solves a task of the easy split; a GRPO stage has reward variance in at
 least a quarter of its groups, and so does stage 4, whose weights move; every stage is also

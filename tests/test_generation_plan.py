@@ -3,7 +3,9 @@ installed or not), and every phase generates in the dtype the capability chose."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,6 +120,41 @@ def test_evaluate_policy_records_the_engine(tmp_path: Path) -> None:
     assert result["n"] == 1
     assert result["generation"]["engine"] == "hf"
     assert result["generation"]["dtype"] in ("float32", "bfloat16")
+
+
+def test_splits_on_the_same_databases_are_evaluated_in_one_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held-out and easy splits share one run of episodes (one `evaluate_agent`
+    call) and are still summarised and written each on its own; a split that reuses an
+    instance id runs on its own."""
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.training import curriculum
+
+    calls: list[int] = []
+    evaluate_agent = curriculum.evaluate_agent
+
+    def counted(tasks: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(tasks))
+        return evaluate_agent(tasks, *args, **kwargs)
+
+    monkeypatch.setattr(curriculum, "evaluate_agent", counted)
+    config = apply_overrides(load_preset("smoke"), ["generation_engine=hf"])
+    test, easy = open_benchmark("bundled:test"), open_benchmark("bundled:test-easy")
+    splits = {
+        "held-out": (test.debugging_tasks()[:2], test),
+        "easy": (easy.debugging_tasks()[:3], easy),
+        "again": (test.debugging_tasks()[1:2], test),  # an instance id of "held-out"
+    }
+    paths = {name: tmp_path / f"{name}.jsonl" for name in splits}
+    model = resolve_training_model("tiny-random")
+    results = curriculum.evaluate_policy_splits(model, splits, config, trajectories=paths)
+    assert calls == [5, 1]
+    assert {name: r["n"] for name, r in results.items()} == {"held-out": 2, "easy": 3, "again": 1}
+    for name, (tasks, _) in splits.items():
+        assert set(results[name]["per_task"]) == {t.instance_id for t in tasks}
+        written = [json.loads(line)["instance_id"] for line in paths[name].read_text().splitlines()]
+        assert written == [t.instance_id for t in tasks]
 
 
 @pytest.mark.parametrize("capability", [NATIVE, EMULATED], ids=["bf16-rollouts", "fp32-rollouts"])

@@ -62,11 +62,30 @@ def test_cpu_capability_is_read_from_torchs_queries(
     assert str(features["capability"]) in found.detail
 
 
+@pytest.mark.parametrize(
+    ("cap", "native"),
+    [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_AMX", True), ("", True)],
+)
+def test_a_onednn_cap_below_bf16_means_no_native_bf16(
+    monkeypatch: pytest.MonkeyPatch, cap: str, native: bool
+) -> None:
+    """``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off AVX512-BF16 and AMX on a CPU that has
+    them, so bf16 is not native there."""
+    pytest.importorskip("torch")
+    features = {"capability": "AVX512", "avx512_bf16": True, "amx": True}
+    monkeypatch.setattr(hardware, "_cpu_features", lambda: features)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    found = detect_bf16("cpu")
+    assert found.native is native
+    assert ("ONEDNN_MAX_CPU_ISA" in found.detail) is not native
+
+
 def test_this_machines_capability_is_what_torch_reports() -> None:
     torch = pytest.importorskip("torch")
     found = detect_bf16("cpu")
     expected = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    assert found.native is bool(expected)
+    assert found.native is (bool(expected) and hardware._onednn_cap() is None)
     assert torch.backends.cpu.get_cpu_capability() in found.detail
 
 

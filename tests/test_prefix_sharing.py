@@ -142,11 +142,15 @@ def _smoke(prefix_sharing: bool) -> Any:
     return apply_overrides(load_preset("smoke"), ["seed=0", "save_steps=1000", setting])
 
 
-def _first_step(tiny: Path, root: Path, prefix_sharing: bool) -> tuple[dict[str, Any], list[str]]:
+def _first_step(
+    tiny: Path, root: Path, prefix_sharing: bool, also: Any = None
+) -> tuple[dict[str, Any], list[str]]:
     """One GRPO step of the tiny model on two toy prompts, each group's rewards made
-    unequal by a reward on the completion's length, so the loss and gradient are not 0."""
+    unequal by a reward on the completion's length, so the loss and gradient are not 0;
+    `also` is called with the trainer after that."""
     import sqlite3
 
+    root.mkdir(parents=True, exist_ok=True)
     db = root / "toy.sqlite"
     if not db.exists():
         with sqlite3.connect(db) as conn:
@@ -177,6 +181,8 @@ def _first_step(tiny: Path, root: Path, prefix_sharing: bool) -> tuple[dict[str,
 
         reward.__name__ = "length_reward"
         trainer.reward_funcs = [reward]
+        if also is not None:
+            also(trainer)
 
     stage = GRPOStageConfig(
         max_steps=1,
@@ -191,7 +197,7 @@ def _first_step(tiny: Path, root: Path, prefix_sharing: bool) -> tuple[dict[str,
             stage=3,
             model_path=tiny,
             rows=rows,
-            out_dir=root / f"grpo-{prefix_sharing}",
+            out_dir=root / f"grpo-{prefix_sharing}-{also is not None}",
             config=_smoke(prefix_sharing),
             stage_config=stage,
             on_trainer=length_reward,
@@ -235,6 +241,104 @@ def test_a_grpo_step_is_the_same_with_and_without_sharing(
     assert shared["entropy"] == pytest.approx(plain["entropy"], rel=1e-5)
     assert shared["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-3)
     assert shared["diag/weight_change"] == pytest.approx(plain["diag/weight_change"], rel=1e-3)
+
+
+class _NoisyEngine:
+    """TRL's colocated vLLM generation as the importance-sampling correction sees it:
+    fixed completions (seeded by row), with sampling log-probabilities that differ from
+    the trainer's by seeded noise (a bf16 engine beside an fp32 trainer)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def sync_weights(self) -> None:
+        pass
+
+    def generate(self, prompts: list[list[int]], **_: Any) -> tuple[Any, Any, Any, Any]:
+        model, temperature = self.trainer.model, self.trainer.temperature
+        completions, logprobs = [], []
+        for row, prompt in enumerate(prompts):
+            seed = torch.Generator().manual_seed(row)
+            completion = torch.randint(5, model.config.vocab_size, (5 + row % 4,), generator=seed)
+            ids = torch.tensor(prompt + completion.tolist())[None]
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            own = (logits / temperature).log_softmax(-1).gather(-1, completion[:, None])[:, 0]
+            noisy = own + 0.05 * torch.randn(len(completion), generator=seed)
+            completions.append(completion.tolist())
+            logprobs.append([[float(v)] for v in noisy])
+        return None, completions, logprobs, None
+
+
+def _with_noisy_engine(passes: list[bool]) -> Any:
+    """A hook that makes the trainer generate with `_NoisyEngine`, correcting for it, and
+    records in `passes` whether each policy log-probability pass had a gradient."""
+
+    def hook(trainer: Any) -> None:
+        trainer.use_vllm, trainer.vllm_mode = True, "colocate"
+        trainer.vllm_importance_sampling_correction = True
+        trainer.vllm_generation, trainer._last_loaded_step = _NoisyEngine(trainer), -1
+        scores = trainer._get_per_token_logps_and_entropies
+
+        def counted(model: Any, *args: Any, **kwargs: Any) -> Any:
+            passes.append(torch.is_grad_enabled())
+            return scores(model, *args, **kwargs)
+
+        trainer._get_per_token_logps_and_entropies = counted
+
+    return hook
+
+
+@pytest.mark.parametrize("own_pass", [False, True], ids=["from-the-loss", "broken"])
+def test_the_sampling_correction_comes_from_the_loss_pass(
+    tiny: Path, tmp_path: Path, monkeypatch: Any, own_pass: bool
+) -> None:
+    """With vLLM sampling in another dtype, the old policy's log-probabilities come from
+    the loss pass: no pass of their own, and the step's importance-sampling figures, loss
+    and gradient are TRL's (its own no-grad pass, `_old_pass_in_loss` off). Meta-test
+    (`broken`): a ratio taken from log-probabilities one step off is caught."""
+    from birdrl.training import grpo
+    from birdrl.training import prefix_sharing as module
+
+    ours: list[bool] = []
+    shared, _ = _first_step(tiny, tmp_path, True, _with_noisy_engine(ours))
+    trl: list[bool] = []
+    with monkeypatch.context() as patch:
+        trainer_class = module.prefix_sharing_trainer
+        patch.setattr(
+            grpo,
+            "prefix_sharing_trainer",
+            lambda base: type("TRLOldPass", (trainer_class(base),), {"_old_pass_in_loss": _no}),
+        )
+        reference, _ = _first_step(tiny, tmp_path / "trl", True, _with_noisy_engine(trl))
+    if own_pass:  # the meta-test: the ratio as if the weights had moved since sampling
+        ratio = module.importance_sampling_ratio
+        patch_ratio = lambda old, *rest: ratio(old + 0.05, *rest)  # noqa: E731
+        monkeypatch.setattr(module, "importance_sampling_ratio", patch_ratio)
+        shared, _ = _first_step(tiny, tmp_path / "broken", True, _with_noisy_engine([]))
+    assert trl == [False, True, True]  # TRL's old pass, then two micro-batches' loss passes
+    assert ours == [True, True]
+    key = "sampling/importance_sampling_ratio/mean"
+    assert reference[key] != pytest.approx(1.0, abs=1e-3)  # the correction matters here
+    checks = {
+        name: shared[name] == pytest.approx(reference[name], rel=1e-4, abs=1e-6)
+        for name in (
+            key,
+            "sampling/importance_sampling_ratio/min",
+            "sampling/importance_sampling_ratio/max",
+            "sampling/sampling_logp_difference/max",
+            "loss",
+            "grad_norm",
+        )
+    }
+    if own_pass:
+        assert not checks[key] and not checks["grad_norm"], checks
+    else:
+        assert all(checks.values()), {k: (shared[k], reference[k]) for k in checks}
+
+
+def _no(self: Any) -> bool:
+    return False
 
 
 def test_the_common_start_is_computed_once(tiny: Path, monkeypatch: Any) -> None:

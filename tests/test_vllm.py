@@ -51,6 +51,37 @@ def test_missing_vllm_is_a_clear_error() -> None:
     assert "GPU" not in str(caught.value).replace("on a GPU machine", "")
 
 
+def test_a_capped_cpu_capability_compiles_into_its_own_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """vLLM's sampler is compiled by inductor, whose cache key leaves ``ATEN_CPU_CAPABILITY``
+    out: code cached at the CPU's native vector width and reused under ``avx2`` sampled
+    garbage. The engine's settings give a capped capability its own cache directory and
+    keep one the user chose."""
+    pytest.importorskip("torch", reason="the compile cache is torch's")
+    from torch._inductor.runtime.runtime_utils import default_cache_dir
+
+    from birdrl.agents.vllm_engine import _separate_inductor_cache
+
+    default = os.path.abspath(default_cache_dir())
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    _separate_inductor_cache()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "AVX2")
+    _separate_inductor_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == f"{default}-avx2"
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default)  # what inductor itself writes back
+    _separate_inductor_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == f"{default}-avx2"
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    _separate_inductor_cache()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def tiny32(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require_vllm()

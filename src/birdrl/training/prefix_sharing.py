@@ -24,6 +24,14 @@ changes nothing but which rows share a micro-batch. It steps aside (TRL's own pa
 the shortcut does not hold: several processes (DDP expects one forward per backward),
 gradient checkpointing (recomputed layers would append to the cache twice), images, MoE
 auxiliary losses, and a per-micro-batch loss normalisation (``bnpo``).
+
+It also drops a pass. When vLLM generates in another dtype than the trainer's, TRL corrects
+for the mismatch with an importance-sampling ratio, and computes the trainer's ("old")
+log-probabilities for it in a no-grad pass over the whole generation batch before the
+loss. With one iteration and a generation batch used within one optimizer step, those are
+the loss pass's own log-probabilities (the same weights), so the trainer takes the ratio
+from the loss pass, detached (`importance_sampling_ratio`, TRL's formula): in a stage-4 step
+of the tiny preset that pass was 5 of 43 seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ from birdrl.training.lm_head import plain_head_wanted, score_tokens
 __all__ = [
     "SFT_INPUTS",
     "UNSHUFFLED_LOSSES",
+    "importance_sampling_ratio",
+    "sampling_metrics",
     "prefix_sharing_sft_trainer",
     "prefix_sharing_trainer",
     "shared_prefix_logps",
@@ -173,6 +183,57 @@ def shared_prefix_logps(
     return out, ent
 
 
+def importance_sampling_ratio(
+    old: Any,
+    sampling: Any,
+    mask: Any,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> tuple[Any, Any, Any]:
+    """TRL's vLLM importance-sampling ratio of the trainer's log-probabilities `old` to the
+    engine's `sampling` ones (``(rows, tokens)``, NaN where the engine gave none, which
+    counts as no correction), per token or per sequence (`mode`, as
+    ``vllm_importance_sampling_mode``), clipped (``*_truncate``) or zeroed (``*_mask``)
+    outside the bounds. Also returns what TRL's metrics are taken from: the absolute
+    log-probability differences of the scored tokens and the ratios that apply."""
+    import math
+
+    import torch
+
+    diff = torch.nan_to_num((old - sampling) * mask, nan=0.0)
+    per_sequence = mode in ("sequence_mask", "sequence_truncate")
+    ratio = torch.exp(diff.sum(-1, keepdim=True) if per_sequence else diff)
+    if mode in ("sequence_truncate", "token_truncate"):
+        ratio = torch.clamp(ratio, min=clip_min, max=clip_max)
+    elif mode in ("sequence_mask", "token_mask"):
+        low = -math.inf if clip_min is None else clip_min
+        high = math.inf if clip_max is None else clip_max
+        ratio = ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    else:
+        raise ValueError(f"unknown vllm_importance_sampling_mode {mode!r}")
+    keep = mask.bool()
+    delta = (old - sampling).abs()[keep & ~torch.isnan(sampling)]
+    return ratio, delta, ratio.flatten() if per_sequence else ratio[keep]
+
+
+def sampling_metrics(deltas: list[Any], ratios: list[Any]) -> dict[str, float]:
+    """TRL's ``sampling/...`` metrics over the differences and ratios of several
+    micro-batches (`importance_sampling_ratio`'s last two values)."""
+    import torch
+
+    out: dict[str, float] = {}
+    delta, ratio = torch.cat(deltas), torch.cat(ratios)
+    if delta.numel():
+        out["sampling/sampling_logp_difference/mean"] = float(delta.mean())
+        out["sampling/sampling_logp_difference/max"] = float(delta.max())
+    if ratio.numel():
+        out["sampling/importance_sampling_ratio/min"] = float(ratio.min())
+        out["sampling/importance_sampling_ratio/mean"] = float(ratio.mean())
+        out["sampling/importance_sampling_ratio/max"] = float(ratio.max())
+    return out
+
+
 def prefix_sharing_trainer(base: type) -> type:
     """`base` (TRL's ``GRPOTrainer``) with each group's prompt computed once in every
     log-probability pass (policy, reference, old policy) and generation batches kept in
@@ -182,6 +243,12 @@ def prefix_sharing_trainer(base: type) -> type:
     class PrefixSharingGRPOTrainer(_SharingTrainer, base):  # type: ignore[misc, valid-type]
         shared_note = "GRPO loss: each group's prompt computed once (prefix sharing)"
         fallback_note = "GRPO loss: TRL's per-completion path"
+        _correction_pending: Any = None
+        """A micro-batch whose importance-sampling ratio the next loss pass computes."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._correction_seen: list[tuple[Any, Any]] = []
+            super().__init__(*args, **kwargs)
 
         def _get_per_token_logps_and_entropies(  # type: ignore[override]
             self,
@@ -199,7 +266,7 @@ def prefix_sharing_trainer(base: type) -> type:
                 or compute_aux_loss
                 or any(value is not None for value in media.values())
             ):
-                return super()._get_per_token_logps_and_entropies(
+                logps, entropies, aux = super()._get_per_token_logps_and_entropies(
                     model,
                     input_ids,
                     attention_mask,
@@ -209,17 +276,88 @@ def prefix_sharing_trainer(base: type) -> type:
                     compute_aux_loss,
                     **media,
                 )
-            with self.accelerator.autocast():
-                logps, entropies = shared_prefix_logps(
-                    model,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    compute_entropy=compute_entropy,
-                    temperature=self.temperature if plain_head_wanted(input_ids.device) else None,
-                    entropy_grad=bool(getattr(self, "_entropy_bonus_enabled", False)),
+            else:
+                aux = None
+                with self.accelerator.autocast():
+                    logps, entropies = shared_prefix_logps(
+                        model,
+                        input_ids,
+                        attention_mask,
+                        logits_to_keep,
+                        compute_entropy=compute_entropy,
+                        temperature=(
+                            self.temperature if plain_head_wanted(input_ids.device) else None
+                        ),
+                        entropy_grad=bool(getattr(self, "_entropy_bonus_enabled", False)),
+                    )
+            pending, self._correction_pending = self._correction_pending, None
+            if pending is not None:  # the loss pass of a batch whose old pass was skipped
+                pending["importance_sampling_ratio"] = self._sampling_correction(
+                    logps.detach(), pending
                 )
-            return logps, entropies, None
+            return logps, entropies, aux
+
+        def _old_pass_in_loss(self) -> bool:
+            """Whether the old policy's log-probabilities, which TRL computes in a pass of
+            their own for the vLLM importance-sampling correction, are the loss pass's own:
+            one iteration and every generation batch used within one optimizer step (TRL's
+            condition for skipping that pass without vLLM), so the same weights score
+            both."""
+            every = self.args.steps_per_generation * self.num_iterations
+            return bool(
+                self.prefix_sharing_active
+                and self.use_vllm
+                and self.vllm_importance_sampling_correction
+                and self.num_iterations == 1
+                and self.args.gradient_accumulation_steps % every == 0
+            )
+
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            if not (self.model.training and self._old_pass_in_loss()):
+                return super()._generate_and_score_completions(inputs)
+            self.vllm_importance_sampling_correction = False  # no old pass; vLLM's
+            try:  # sampling log-probabilities are kept either way
+                return super()._generate_and_score_completions(inputs)
+            finally:
+                self.vllm_importance_sampling_correction = True
+
+        def _compute_loss(self, model: Any, inputs: Any) -> Any:
+            if (
+                self._old_pass_in_loss()
+                and "importance_sampling_ratio" not in inputs
+                and "sampling_per_token_logps" in inputs
+            ):
+                self._correction_pending = inputs
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._correction_pending = None
+
+        def _sampling_correction(self, old: Any, inputs: Any) -> Any:
+            """TRL's importance-sampling ratio of a micro-batch, from the loss pass's
+            detached log-probabilities `old`; its metrics wait for the next log."""
+            mask = inputs["completion_mask"]
+            if "tool_mask" in inputs:
+                mask = mask * inputs["tool_mask"]
+            args = self.args
+            ratio, delta, applied = importance_sampling_ratio(
+                old,
+                inputs["sampling_per_token_logps"],
+                mask,
+                args.vllm_importance_sampling_mode,
+                args.vllm_importance_sampling_clip_min,
+                args.vllm_importance_sampling_clip_max,
+            )
+            self._correction_seen.append((delta, applied))
+            return ratio
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            if self._correction_seen:  # the micro-batches since the last log, as one
+                deltas, ratios = zip(*self._correction_seen, strict=True)
+                self._correction_seen.clear()
+                for name, value in sampling_metrics(list(deltas), list(ratios)).items():
+                    self._metrics["train"][name].append(value)
+            super().log(logs, *args, **kwargs)
 
         def _prepare_inputs(self, generation_batch: Any) -> Any:
             if not (self.prefix_sharing_active and self.model.training):
