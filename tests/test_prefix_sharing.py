@@ -301,7 +301,12 @@ def test_the_sampling_correction_comes_from_the_loss_pass(
     from birdrl.training import prefix_sharing as module
 
     ours: list[bool] = []
-    shared, _ = _first_step(tiny, tmp_path, True, _with_noisy_engine(ours))
+    with monkeypatch.context() as patch:
+        if own_pass:  # the meta-test: the ratio as if the weights had moved since sampling
+            ratio = module.importance_sampling_ratio
+            patch_ratio = lambda old, *rest: ratio(old + 0.05, *rest)  # noqa: E731
+            patch.setattr(module, "importance_sampling_ratio", patch_ratio)
+        shared, _ = _first_step(tiny, tmp_path, True, _with_noisy_engine(ours))
     trl: list[bool] = []
     with monkeypatch.context() as patch:
         trainer_class = module.prefix_sharing_trainer
@@ -311,11 +316,6 @@ def test_the_sampling_correction_comes_from_the_loss_pass(
             lambda base: type("TRLOldPass", (trainer_class(base),), {"_old_pass_in_loss": _no}),
         )
         reference, _ = _first_step(tiny, tmp_path / "trl", True, _with_noisy_engine(trl))
-    if own_pass:  # the meta-test: the ratio as if the weights had moved since sampling
-        ratio = module.importance_sampling_ratio
-        patch_ratio = lambda old, *rest: ratio(old + 0.05, *rest)  # noqa: E731
-        monkeypatch.setattr(module, "importance_sampling_ratio", patch_ratio)
-        shared, _ = _first_step(tiny, tmp_path / "broken", True, _with_noisy_engine([]))
     assert trl == [False, True, True]  # TRL's old pass, then two micro-batches' loss passes
     assert ours == [True, True]
     key = "sampling/importance_sampling_ratio/mean"

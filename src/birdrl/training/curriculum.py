@@ -153,9 +153,8 @@ def evaluate_policy_splits(
         tools=tuple(tool_schemas()),  # the tools stages 2 and 4 trained with, word for word
     )
     episodes: dict[str, list[Trajectory]] = {}
-    for batch in _shared_runs(splits):
+    for batch, databases in _shared_runs(splits):
         tasks = [task for name in batch for task in splits[name][0]]
-        databases = {db: path for name in batch for db, path in splits[name][1].databases.items()}
         result = evaluate_agent(tasks, databases, agent, rollout, eval_config, progress)
         by_id = {t.instance_id: t for t in result.trajectories}
         for name in batch:
@@ -169,27 +168,26 @@ def evaluate_policy_splits(
     return out
 
 
-def _shared_runs(splits: Mapping[str, tuple[Sequence[Task], Benchmark]]) -> list[list[str]]:
-    """`splits`' names in runs whose episodes can share one evaluation (`evaluate_agent`
-    keys episodes by instance id and databases by id)."""
-    runs: list[list[str]] = []
-    ids: list[set[str]] = []
-    files: list[dict[str, Path]] = []
+def _shared_runs(
+    splits: Mapping[str, tuple[Sequence[Task], Benchmark]],
+) -> list[tuple[list[str], dict[str, Path]]]:
+    """`splits`' names in runs whose episodes can share one evaluation, each with the
+    database files its tasks use (`evaluate_agent` keys episodes by instance id and
+    databases by id, so a run holds no id twice and no database id with two files)."""
+    runs: list[tuple[list[str], set[str], dict[str, Path]]] = []
     for name, (tasks, bench) in splits.items():
         own = {task.instance_id for task in tasks}
         used = {task.db_id: bench.databases[task.db_id] for task in tasks}
-        for run, seen, dbs in zip(runs, ids, files, strict=True):
+        for names, seen, dbs in runs:
             clash = any(dbs.get(db, path) != path for db, path in used.items())
             if not (own & seen or clash):
-                run.append(name)
+                names.append(name)
                 seen |= own
                 dbs.update(used)
                 break
         else:
-            runs.append([name])
-            ids.append(own)
-            files.append(used)
-    return runs
+            runs.append(([name], own, used))
+    return [(names, dbs) for names, _, dbs in runs]
 
 
 def policy_summary(result: AgentEvalResult) -> dict[str, Any]:
