@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("trl", reason="the training plan needs the `train` extra")
 
+from birdrl.agents import hardware  # noqa: E402
 from birdrl.agents.base import GenerationConfig  # noqa: E402
 from birdrl.agents.hardware import Bf16Capability, choose_generation_dtype  # noqa: E402
 from birdrl.training import generation as generation_module  # noqa: E402
@@ -80,13 +81,18 @@ def test_vllm_server_url_reaches_trl() -> None:
 
 
 @pytest.mark.parametrize("capability", [NATIVE, EMULATED], ids=["native-bf16", "no-bf16"])
-def test_hf_evaluation_and_rollouts_use_the_chosen_dtype(capability: Bf16Capability) -> None:
+def test_hf_evaluation_and_rollouts_use_the_chosen_dtype(
+    monkeypatch: pytest.MonkeyPatch, capability: Bf16Capability
+) -> None:
     """With the capability faked, an HF evaluation agent loads its weights in the dtype the
-    plan chose, and the GRPO trainer's ``generate`` runs under bf16 autocast only when the
-    plan chose bf16."""
+    plan chose, the GRPO trainer's ``generate`` runs under bf16 autocast only when the
+    plan chose bf16, and training (``bf16_training = auto``) autocasts only then too."""
     import torch
 
-    config = apply_overrides(load_preset("smoke"), ["generation_engine=hf"])
+    monkeypatch.setattr(hardware, "detect_bf16", lambda device="auto": capability)
+    config = apply_overrides(
+        load_preset("smoke"), ["generation_engine=hf", "dtype=float32", "bf16_training=auto"]
+    )
     run = RunGeneration(config, plan_generation(config, 1, capability))
     model = resolve_training_model("tiny-random")
     tokenizer, _ = load_tokenizer(model)
@@ -105,7 +111,10 @@ def test_hf_evaluation_and_rollouts_use_the_chosen_dtype(capability: Bf16Capabil
     record = run.record("grpo", training=True)
     assert record["evaluation"] == {"engine": "hf", "dtype": str(want).removeprefix("torch.")}
     assert record["rollouts"]["dtype"] == record["evaluation"]["dtype"]
-    assert record["training"] == {"dtype": "float32"}
+    assert record["training"] == {
+        "dtype": "float32 + bf16 autocast" if capability.native else "float32"
+    }
+    assert record["bf16_training"] == "auto"
     assert record["capability"]["native"] is capability.native
 
 
@@ -157,14 +166,28 @@ def test_splits_on_the_same_databases_are_evaluated_in_one_batch(
         assert written == [t.instance_id for t in tasks]
 
 
-@pytest.mark.parametrize("capability", [NATIVE, EMULATED], ids=["bf16-rollouts", "fp32-rollouts"])
-def test_importance_sampling_correction_only_when_the_dtypes_differ(
-    monkeypatch: pytest.MonkeyPatch, capability: Bf16Capability
+@pytest.mark.parametrize(
+    ("capability", "bf16_training", "corrected"),
+    [
+        (NATIVE, "false", True),  # bf16 rollouts, fp32 trainer
+        (EMULATED, "false", False),  # both fp32: the same distribution
+        (EMULATED, "true", True),  # fp32 rollouts, bf16-autocast trainer
+        (NATIVE, "auto", True),
+        (EMULATED, "auto", False),
+    ],
+    ids=["bf16-rollouts", "fp32-both", "bf16-training", "auto-native", "auto-emulated"],
+)
+def test_importance_sampling_correction_only_when_both_are_not_fp32(
+    monkeypatch: pytest.MonkeyPatch, capability: Bf16Capability, bf16_training: str, corrected: bool
 ) -> None:
-    """On the shared engine, rollouts in the training dtype come from the trainer's own
+    """On the shared engine, fp32 rollouts of an fp32 trainer come from the trainer's own
     distribution (the weights are synced every step), so TRL's correction, which costs a
-    forward pass per completion, is switched off; bf16 rollouts of an fp32 trainer keep it."""
+    forward pass per completion, is switched off; bf16 on either side keeps it."""
     monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
-    config = apply_overrides(load_preset("smoke"), ["generation_engine=vllm", "dtype=float32"])
+    monkeypatch.setattr(hardware, "detect_bf16", lambda device="auto": capability)
+    config = apply_overrides(
+        load_preset("smoke"),
+        ["generation_engine=vllm", "dtype=float32", f"bf16_training={bf16_training}"],
+    )
     args = RunGeneration(config, plan_generation(config, 1, capability)).grpo_args()
-    assert args["vllm_importance_sampling_correction"] is capability.native
+    assert args["vllm_importance_sampling_correction"] is corrected

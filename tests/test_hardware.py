@@ -42,6 +42,31 @@ def test_a_bad_setting_is_refused() -> None:
         choose_generation_dtype("yes", NATIVE)
     with pytest.raises(ConfigError, match="bf16_generation must be auto, true or false"):
         apply_overrides(load_preset("smoke"), ['bf16_generation="fast"'])
+    with pytest.raises(ConfigError, match="bf16_training must be auto, true or false"):
+        apply_overrides(load_preset("smoke"), ['bf16_training="fast"'])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "setting", "capability", "bf16", "described"),
+    [
+        ("float32", "auto", NATIVE, True, "float32 + bf16 autocast"),
+        ("float32", "auto", EMULATED, False, "float32"),  # emulated bf16: 30-70x slower
+        ("float32", True, EMULATED, True, "float32 + bf16 autocast"),
+        ("float32", False, NATIVE, False, "float32"),
+        ("bfloat16", False, NATIVE, True, "bfloat16"),  # bf16 weights train in bf16
+    ],
+)
+def test_training_autocasts_only_where_bf16_is_native_unless_told(
+    dtype: str, setting: bool | str, capability: Bf16Capability, bf16: bool, described: str
+) -> None:
+    pytest.importorskip("torch")
+    from birdrl.training.models import training_precision
+
+    precision = training_precision(dtype, setting, capability)
+    assert precision.bf16 is bf16
+    assert precision.describe() == described
+    assert precision.reason.startswith(f"{described} (bf16_training = ")
+    assert capability.detail in precision.reason
 
 
 @pytest.mark.parametrize(

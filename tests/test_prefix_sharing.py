@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("trl", reason="training tests need the `train` extra (trl)")
 
 import torch  # noqa: E402
+from toy_sft import count_rows_samples  # noqa: E402
 
 from birdrl.evaluation.evaluator import EvalConfig  # noqa: E402
 from birdrl.tasks.model import Task  # noqa: E402
@@ -427,16 +428,7 @@ def _sft_first_step(
     from birdrl.training.sft import run_sft_stage
 
     system = "You fix SQL. Answer with one query in an answer block, nothing else."
-    rows = [
-        {
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"Count the rows of table t{i}."},
-                {"role": "assistant", "content": f"<answer>SELECT COUNT(*) FROM t{i}</answer>"},
-            ]
-        }
-        for i in range(4)
-    ]
+    rows = count_rows_samples(4, system)
     output = run_sft_stage(
         StageJob(
             stage=2,

@@ -230,6 +230,16 @@ def test_resume_skips_finished_stages(smoke: dict[str, Any], tmp_path: Path) -> 
     changed = apply_overrides(smoke["config"], ["stage3.max_steps=3"])
     with pytest.raises(ConfigError, match="changed: stage3"):
         run_curriculum(changed, run_dir, resume=True)
+    # a run written before a setting existed resumes when the setting is at its default
+    saved = run_dir / "config.json"
+    written = json.loads(saved.read_text(encoding="utf-8"))
+    del written["bf16_training"]
+    saved.write_text(json.dumps(written), encoding="utf-8")
+    assert run_curriculum(smoke["config"], run_dir, resume=True).skipped == [0, 1, 2, 3, 4]
+    saved.write_text(json.dumps(written), encoding="utf-8")
+    bf16 = apply_overrides(smoke["config"], ["bf16_training=true"])
+    with pytest.raises(ConfigError, match="changed: bf16_training"):
+        run_curriculum(bf16, run_dir, resume=True)
 
 
 def test_resume_may_reconfigure_stages_not_started(smoke: dict[str, Any], tmp_path: Path) -> None:

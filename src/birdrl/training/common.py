@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
 from birdrl.training.distributed import BARRIER_TIMEOUT_S
-from birdrl.training.models import use_cuda
+from birdrl.training.models import training_precision, use_cuda
 
 if TYPE_CHECKING:
     from birdrl.training.generation import RunGeneration
@@ -74,7 +74,6 @@ def common_args(
 ) -> dict[str, Any]:
     """Keyword arguments both ``SFTConfig`` and ``GRPOConfig`` accept."""
     cuda = use_cuda()
-    bf16 = cuda and config.dtype in ("auto", "bfloat16")
     return {
         "output_dir": str(out_dir / "trainer"),  # checkpoints; tensorboard logs in trainer/runs
         "learning_rate": stage.learning_rate,
@@ -89,7 +88,7 @@ def common_args(
         "report_to": [] if config.report_to == "none" else [config.report_to],
         "seed": config.seed,
         "use_cpu": not cuda,
-        "bf16": bf16,
+        "bf16": training_precision(config.dtype, config.bf16_training).bf16,
         _checkpointing_arg(): config.gradient_checkpointing,
         "dataloader_num_workers": 0,
         "ddp_timeout": BARRIER_TIMEOUT_S,  # if the trainer creates the process group first

@@ -44,6 +44,7 @@ from birdrl.training.models import (
     load_tokenizer,
     require_training,
     resolve_training_model,
+    training_precision,
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
@@ -423,6 +424,7 @@ class _Run:
             "stage 4 KL beta": cfg.stage4.beta,
             "generation": self.generation.plan.why,
             "generation dtype": self.generation.plan.dtype.reason,
+            "training precision": training_precision(cfg.dtype, cfg.bf16_training).reason,
         }
         report = write_report(
             self.run_dir,
@@ -536,7 +538,9 @@ def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> Non
                 "or choose another output directory"
             )
         previous = json.loads(saved.read_text(encoding="utf-8"))
-        changed = sorted(k for k in current if previous.get(k) != current[k])
+        # a setting added after the run was written: the run had its default behaviour
+        defaults = config_to_dict(CurriculumConfig())
+        changed = sorted(k for k in current if previous.get(k, defaults.get(k)) != current[k])
         # settings of stages that have not started yet may change; nothing else may
         fixed = [k for k in changed if not (k.startswith("stage") and not (run_dir / k).exists())]
         if fixed:

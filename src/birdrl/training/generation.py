@@ -33,7 +33,7 @@ from birdrl.agents.vllm_engine import (
     vllm_installed,
 )
 from birdrl.training.config import ConfigError, CurriculumConfig
-from birdrl.training.models import autocast_generation, load_policy
+from birdrl.training.models import autocast_generation, load_policy, training_precision
 
 if TYPE_CHECKING:
     from birdrl.agents.hf import HFAgent
@@ -157,12 +157,13 @@ class RunGeneration:
             return {}
         args: dict[str, Any] = {"use_vllm": True, "vllm_mode": "colocate"}
         if rollouts == "vllm":
-            # The shared engine holds the trainer's weights (synced every step) in the
-            # training dtype: its sampling distribution is the trainer's (log-probabilities
-            # within 1e-5 in float32), so TRL's importance-sampling correction would cost a
-            # forward pass per completion to multiply by 1. In another dtype it corrects.
-            args["vllm_importance_sampling_correction"] = self.plan.dtype.dtype != _training_dtype(
-                self.config
+            # The shared engine holds the trainer's weights (synced every step): where both
+            # compute in float32 its sampling distribution is the trainer's (log-probabilities
+            # within 1e-5), so TRL's importance-sampling correction would cost a forward pass
+            # per completion to multiply by 1. Where either computes in bf16 it corrects.
+            precision = training_precision(self.config.dtype, self.config.bf16_training)
+            args["vllm_importance_sampling_correction"] = (
+                self.plan.dtype.bf16 or precision.bf16 or precision.weights != "float32"
             )
         if rollouts == "trl-server":
             args["vllm_mode"] = "server"
@@ -213,7 +214,9 @@ class RunGeneration:
         if kind == "grpo":
             out["rollouts"] = self.describe("rollouts")
         if training:
-            out["training"] = {"dtype": _training_dtype(self.config)}
+            precision = training_precision(self.config.dtype, self.config.bf16_training)
+            out["training"] = {"dtype": precision.describe()}
+            out["bf16_training"] = precision.autocast.setting
         if self._vllm is not None and self._vllm.load_seconds is not None:
             out["vllm_start_seconds"] = round(self._vllm.load_seconds, 1)
         return out
@@ -223,12 +226,6 @@ class RunGeneration:
         if self._vllm is not None:
             self._vllm.close()
             self._vllm = None
-
-
-def _training_dtype(config: CurriculumConfig) -> str:
-    from birdrl.training.models import torch_dtype
-
-    return str(torch_dtype(config.dtype)).removeprefix("torch.")
 
 
 def _shared_generation_class(base: type, engine: VLLMEngine) -> type:

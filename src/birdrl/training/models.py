@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from birdrl.agents.hardware import Bf16Capability, DtypeChoice, choose_generation_dtype
 from birdrl.agents.models import MissingDependencyError, ModelError, resolve_model
 from birdrl.cache import cache_root
 
@@ -21,7 +23,9 @@ __all__ = [
     "prepare_tokenizer",
     "require_training",
     "resolve_training_model",
+    "TrainingPrecision",
     "torch_dtype",
+    "training_precision",
     "use_cuda",
 ]
 
@@ -72,6 +76,45 @@ def torch_dtype(name: str) -> Any:
     if name not in ("float32", "bfloat16", "float16"):
         raise ModelError(f"dtype must be auto, float32, bfloat16 or float16, not {name!r}")
     return getattr(torch, name)
+
+
+@dataclass(frozen=True)
+class TrainingPrecision:
+    """How the trainer computes: its weights' dtype, and whether its forward and backward
+    passes run under bf16 autocast (TRL's ``bf16``; float32 weights and optimizer state
+    stay the master copy)."""
+
+    weights: str
+    """``float32``, ``bfloat16`` or ``float16`` (``dtype``)."""
+    autocast: DtypeChoice
+    """``bf16_training``'s choice and the capability it saw."""
+
+    @property
+    def bf16(self) -> bool:
+        """TRL's ``bf16`` argument: autocast chosen, or weights that are bf16 already."""
+        return self.autocast.bf16 or self.weights == "bfloat16"
+
+    def describe(self) -> str:
+        """For the report's generation table, e.g. ``float32 + bf16 autocast``."""
+        if self.autocast.bf16 and self.weights != "bfloat16":
+            return f"{self.weights} + bf16 autocast"
+        return self.weights
+
+    @property
+    def reason(self) -> str:
+        """One line for the report: the precision and why."""
+        return f"{self.describe()} ({self.autocast.why})"
+
+
+def training_precision(
+    dtype: str, bf16_training: bool | str, capability: Bf16Capability | None = None
+) -> TrainingPrecision:
+    """The precision of training with weights in `dtype` and ``bf16_training`` =
+    `bf16_training` (``auto``: autocast only where `capability`, default `detect_bf16()`,
+    says bf16 is native)."""
+    weights = str(torch_dtype(dtype)).removeprefix("torch.")
+    choice = choose_generation_dtype(bf16_training, capability, name="bf16_training")
+    return TrainingPrecision(weights, choice)
 
 
 def prepare_tokenizer(tokenizer: Any, where: str) -> list[str]:
