@@ -44,7 +44,6 @@ from birdrl.training.models import (
     load_tokenizer,
     require_training,
     resolve_training_model,
-    training_precision,
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
@@ -424,7 +423,7 @@ class _Run:
             "stage 4 KL beta": cfg.stage4.beta,
             "generation": self.generation.plan.why,
             "generation dtype": self.generation.plan.dtype.reason,
-            "training precision": training_precision(cfg.dtype, cfg.bf16_training).reason,
+            "training precision": self.generation.training_precision.reason,
         }
         report = write_report(
             self.run_dir,

@@ -17,6 +17,7 @@ runs. torch, transformers and vLLM are imported when they are used.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +34,12 @@ from birdrl.agents.vllm_engine import (
     vllm_installed,
 )
 from birdrl.training.config import ConfigError, CurriculumConfig
-from birdrl.training.models import autocast_generation, load_policy, training_precision
+from birdrl.training.models import (
+    TrainingPrecision,
+    autocast_generation,
+    load_policy,
+    training_precision,
+)
 
 if TYPE_CHECKING:
     from birdrl.agents.hf import HFAgent
@@ -110,6 +116,13 @@ class RunGeneration:
         self.plan = plan
         self._vllm: VLLMEngine | None = None
 
+    @functools.cached_property
+    def training_precision(self) -> TrainingPrecision:
+        """The trainer's precision, judged by the capability the plan saw."""
+        return training_precision(
+            self.config.dtype, self.config.bf16_training, self.plan.dtype.capability
+        )
+
     @property
     def vllm(self) -> VLLMEngine:
         """The run's one vLLM engine (built, without a model, on first access)."""
@@ -161,7 +174,7 @@ class RunGeneration:
             # compute in float32 its sampling distribution is the trainer's (log-probabilities
             # within 1e-5), so TRL's importance-sampling correction would cost a forward pass
             # per completion to multiply by 1. Where either computes in bf16 it corrects.
-            precision = training_precision(self.config.dtype, self.config.bf16_training)
+            precision = self.training_precision
             args["vllm_importance_sampling_correction"] = (
                 self.plan.dtype.bf16 or precision.bf16 or precision.weights != "float32"
             )
@@ -214,9 +227,8 @@ class RunGeneration:
         if kind == "grpo":
             out["rollouts"] = self.describe("rollouts")
         if training:
-            precision = training_precision(self.config.dtype, self.config.bf16_training)
-            out["training"] = {"dtype": precision.describe()}
-            out["bf16_training"] = precision.autocast.setting
+            out["training"] = {"dtype": self.training_precision.describe()}
+            out["bf16_training"] = self.training_precision.autocast.setting
         if self._vllm is not None and self._vllm.load_seconds is not None:
             out["vllm_start_seconds"] = round(self._vllm.load_seconds, 1)
         return out

@@ -17,13 +17,13 @@ from birdrl.cache import cache_root
 
 __all__ = [
     "TRAIN_EXTRA",
+    "TrainingPrecision",
     "autocast_generation",
     "load_policy",
     "load_tokenizer",
     "prepare_tokenizer",
     "require_training",
     "resolve_training_model",
-    "TrainingPrecision",
     "torch_dtype",
     "training_precision",
     "use_cuda",

@@ -453,11 +453,11 @@ def _generation_section(records: Sequence[StageRecord]) -> list[str]:
         return ["Not recorded (records written before the generation engine was recorded)."]
     first = known[0].generation or {}
     capability = first.get("capability") or {}
-    trained = next((r.generation for r in known if "bf16_training" in (r.generation or {})), {})
+    trained = next((g for g in (r.generation or {} for r in known) if "bf16_training" in g), {})
     lines = [
         f"Engine: {first.get('plan', DASH)}. bf16_generation = "
         f"{first.get('bf16_generation', DASH)}; bf16_training = "
-        f"{(trained or {}).get('bf16_training', DASH)}; bf16 capability: "
+        f"{trained.get('bf16_training', DASH)}; bf16 capability: "
         f"{capability.get('detail', DASH)} "
         f"({'native' if capability.get('native') else 'not native'}).",
     ]
