@@ -66,17 +66,26 @@ class VLLMEngineConfig:
 
     dtype: str = "float32"
     """``float32`` or ``bfloat16`` (`birdrl.agents.hardware.choose_generation_dtype`)."""
-    max_model_len: int | None = 8192
-    """Longest prompt + completion, in tokens (capped at the model's context)."""
+    max_model_len: int | None = None
+    """Longest prompt + completion, in tokens, capped at the model's context (None: the
+    model's context). A run derives it from its preset's lengths
+    (`birdrl.training.generation.derive_max_model_len`)."""
     seed: int = 0
-    enforce_eager: bool = True
-    """Skip torch.compile: on a CPU compiling took 230 s for a 5% faster decode."""
+    enforce_eager: bool | None = None
+    """Skip torch.compile and CUDA graphs. None: eager on a CPU (compiling took 230 s there
+    for a 5% faster decode), CUDA graphs on a GPU."""
     prefix_caching: bool = True
     """Reuse the KV cache of shared prefixes (a GRPO group's G copies of one prompt)."""
     cpu_kv_cache_gib: int = 2
     """CPU only: GiB of memory for the KV cache (an fp32 135M model: 46 KB per token)."""
     gpu_memory_utilization: float = 0.3
-    """GPU only: the share of GPU memory vLLM takes (the trainer needs the rest)."""
+    """GPU only: the share of the GPU's total memory vLLM takes for weights and KV cache
+    (the trainer needs the rest)."""
+    tensor_parallel_size: int = 1
+    """GPU only: shard the weights over this many GPUs."""
+    sleep_mode: bool = False
+    """GPU only: build the engine so that it can sleep (`VLLMEngine.sleep`), giving its
+    memory back while a stage trains."""
 
 
 def _cpu() -> bool:
@@ -232,7 +241,7 @@ class VLLMEngine:
                 "model": str(path),
                 "dtype": cfg.dtype,
                 "seed": cfg.seed,
-                "enforce_eager": cfg.enforce_eager,
+                "enforce_eager": _cpu() if cfg.enforce_eager is None else cfg.enforce_eager,
                 "enable_prefix_caching": cfg.prefix_caching,
                 "distributed_executor_backend": "uni",
                 # logprobs after temperature and the other logit processors: what TRL's
@@ -244,6 +253,12 @@ class VLLMEngine:
                 kwargs["max_model_len"] = min(cfg.max_model_len, int(context))
             if not _cpu():
                 kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+                kwargs["tensor_parallel_size"] = cfg.tensor_parallel_size
+                kwargs["enable_sleep_mode"] = cfg.sleep_mode
+                if cfg.tensor_parallel_size > 1:
+                    # several GPUs need worker processes; the in-place weight sync of a
+                    # trainer's engine (`load_weights`) needs the single-process executor
+                    kwargs["distributed_executor_backend"] = "mp"
             with _keep_process_state():
                 try:
                     self._llm = vllm.LLM(**kwargs)

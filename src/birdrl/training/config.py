@@ -26,8 +26,11 @@ __all__ = [
     "CurriculumConfig",
     "EvalSettings",
     "GRPOStageConfig",
+    "HardwareSettings",
+    "IMPORTANCE_SAMPLING_MODES",
     "LoraSettings",
     "PromptSettings",
+    "SHARDINGS",
     "SFTStageConfig",
     "apply_overrides",
     "config_to_dict",
@@ -42,6 +45,8 @@ class ConfigError(BirdrlError, ValueError):
 
 GENERATION_ENGINES = ("auto", "hf", "vllm")
 """The values of ``generation_engine``."""
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""The values of ``vllm_importance_sampling`` (TRL's ``vllm_importance_sampling_mode``)."""
 RENAMED = {
     "use_vllm": 'use_vllm was replaced by generation_engine: generation_engine = "vllm" '
     '(or "hf", or "auto": vLLM when installed)',
@@ -169,6 +174,36 @@ class EvalSettings:
     """Also evaluate the starting model (stage 0) for the report's baseline."""
 
 
+SHARDINGS = ("ddp", "zero2", "zero3", "fsdp")
+"""How training state is spread over GPUs (`HardwareSettings.sharding`)."""
+
+
+@dataclass(frozen=True)
+class HardwareSettings:
+    """The machine a preset is made for: `birdrl.training.memory` plans each stage's memory
+    per GPU on it, and a shipped preset must fit the hardware it names. A run is checked
+    against the GPUs it really has before it loads anything."""
+
+    gpus: int = 0
+    """GPUs (0: a CPU run, nothing to plan)."""
+    gpu_memory_gib: float = 80.0
+    """Memory of one GPU in GiB."""
+    sharding: str = "ddp"
+    """``ddp`` (every GPU holds the whole training state; one GPU: a single process),
+    ``zero2`` (optimizer state and gradients sharded), ``zero3`` or ``fsdp`` (weights
+    too); the accelerate config the run is launched with (docs/scaling.md)."""
+
+    def __post_init__(self) -> None:
+        if self.sharding not in SHARDINGS:
+            raise ConfigError(
+                f"hardware.sharding must be one of {', '.join(SHARDINGS)}, not {self.sharding!r}"
+            )
+        if self.gpus < 0:
+            raise ConfigError(f"hardware.gpus must be >= 0, got {self.gpus}")
+        if self.gpu_memory_gib <= 0:
+            raise ConfigError(f"hardware.gpu_memory_gib must be > 0, got {self.gpu_memory_gib}")
+
+
 @dataclass(frozen=True)
 class CurriculumConfig:
     """The whole four-stage run."""
@@ -226,7 +261,28 @@ class CurriculumConfig:
     vllm_kv_cache_gib: int = 2
     """The run's vLLM engine on a CPU: GiB of memory for its KV cache."""
     vllm_gpu_memory_utilization: float = 0.3
-    """vLLM colocated on a GPU: the share of GPU memory it takes (training needs the rest)."""
+    """vLLM colocated on a GPU: the share of GPU memory it takes (training needs the rest).
+    vLLM budgets this share of the GPU's *total* memory for its weights and KV cache, so it
+    must exceed the model's bf16 weights (14.7B: about 29.5 GB)."""
+    vllm_tensor_parallel_size: int = 1
+    """vLLM on GPUs: shard the engine's weights over this many GPUs (TRL's colocated engine
+    in a multi-process run, ``birdrl eval --agent vllm:...``)."""
+    vllm_max_model_len: int | None = None
+    """The engine's longest prompt + completion in tokens; None: derived from the preset's
+    lengths (`birdrl.training.generation.derive_max_model_len`), capped at the model's
+    context."""
+    vllm_enforce_eager: bool | str = "auto"
+    """``auto``: eager on a CPU (compiling took 230 s for a 5% faster decode), CUDA graphs
+    on a GPU; ``true`` or ``false``."""
+    vllm_sleep_mode: bool | str = "auto"
+    """Put the engine to sleep (weights offloaded, KV cache freed) while a stage trains, so
+    the trainer gets the memory back: ``auto`` (on a GPU; vLLM's CPU build has no sleep
+    mode), ``true`` or ``false``."""
+    vllm_importance_sampling: str = "token_truncate"
+    """How GRPO corrects for rollouts sampled by another engine or precision than the
+    trainer's (TRL's ``vllm_importance_sampling_mode``): ``token_truncate`` (per-token
+    ratios, capped; the default, since a whole episode's product of ratios vanishes at a few
+    thousand tokens), ``token_mask``, ``sequence_truncate``, ``sequence_mask``."""
     report_to: str = "tensorboard"
     """TRL/transformers ``report_to`` (``none`` to disable)."""
     prefix_sharing: bool = True
@@ -247,6 +303,7 @@ class CurriculumConfig:
     stage3: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(text2sql_ratio=3.0))
     stage4: GRPOStageConfig = field(default_factory=lambda: GRPOStageConfig(beta=0.04))
     evaluation: EvalSettings = field(default_factory=EvalSettings)
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
 
     def __post_init__(self) -> None:
         if self.generation_engine not in GENERATION_ENGINES:
@@ -265,6 +322,26 @@ class CurriculumConfig:
                 raise ConfigError(f"{name}: {exc}") from None
         if self.vllm_mode not in ("colocate", "server"):
             raise ConfigError(f"vllm_mode must be colocate or server, not {self.vllm_mode!r}")
+        for name in ("vllm_enforce_eager", "vllm_sleep_mode"):
+            value = getattr(self, name)
+            if isinstance(value, str) and value != "auto":
+                raise ConfigError(f"{name} must be auto, true or false, not {value!r}")
+        if self.vllm_importance_sampling not in IMPORTANCE_SAMPLING_MODES:
+            raise ConfigError(
+                f"vllm_importance_sampling must be one of {', '.join(IMPORTANCE_SAMPLING_MODES)}, "
+                f"not {self.vllm_importance_sampling!r}"
+            )
+        if self.vllm_tensor_parallel_size < 1:
+            raise ConfigError(
+                f"vllm_tensor_parallel_size must be >= 1, got {self.vllm_tensor_parallel_size}"
+            )
+        if self.vllm_max_model_len is not None and self.vllm_max_model_len < 1:
+            raise ConfigError(f"vllm_max_model_len must be >= 1, got {self.vllm_max_model_len}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ConfigError(
+                "vllm_gpu_memory_utilization must be in (0, 1], got "
+                f"{self.vllm_gpu_memory_utilization}"
+            )
 
 
 # -- reading --------------------------------------------------------------------------------
