@@ -1,15 +1,23 @@
-"""The optional verl backend without verl: exported rows have verl's shape, compute_score is
-the evaluator's score, and the tool adapters keep episode state per trajectory across verl's
-per-call create/execute/release (delayed release, scoring on the trajectory's replica)."""
+"""The optional verl backend. Without verl: exported rows have verl's shape, compute_score is
+the evaluator's score, the tool adapters keep episode state per trajectory across verl's
+per-call create/execute/release (delayed release, scoring on the trajectory's replica), and
+the example launch script exports its data and reaches verl's entry point. With verl
+(VERL_INSTALL below; CI sets BIRDRL_REQUIRE_VERL=1): the script's overrides pass verl's own
+config composition and checks, and verl's loaders build birdrl's reward and tools."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
+import os
 import random
 import sqlite3
+import subprocess
+import sys
+import tomllib
 import uuid
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -511,17 +519,18 @@ def test_tool_classes_need_verl() -> None:
         from birdrl.training.verl.tools import ExecuteSQLTool  # noqa: F401
 
 
-def test_tool_classes_with_verl(config: Path, tasks: dict[str, Task], tmp_path: Path) -> None:
-    pytest.importorskip("verl", reason="verl is not installed (it needs Ray, vLLM/SGLang, GPUs)")
-    from verl.tools.utils.tool_registry import initialize_tools_from_config
+def test_tool_classes_with_verl(
+    config: Path, tasks: dict[str, Task], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example tool config, loaded as verl 0.9's agent loop loads it, in a worker whose
+    environment names the birdrl config (as run_grpo.sh sets it for every Ray worker)."""
+    need_verl()
+    from verl.tools.tool_registry import load_all_tools
 
-    text = (
-        (EXAMPLES / "tool_config.yaml")
-        .read_text()
-        .replace("/path/to/birdrl_verl.json", str(config))
-    )
-    (tmp_path / "tools.yaml").write_text(text)
-    tools = {tool.name: tool for tool in initialize_tools_from_config(str(tmp_path / "tools.yaml"))}
+    monkeypatch.setenv(CONFIG_ENV, str(config))
+    example = str(EXAMPLES / "tool_config.yaml")
+    loaded = load_all_tools(tool_config_path=example, function_tool_path=None)
+    tools = {tool.name: tool for tool in loaded}
     task = tasks["chinook_003"]
     data = SimpleNamespace(request_id=f"v-{uuid.uuid4().hex}")
 
@@ -537,6 +546,171 @@ def test_tool_classes_with_verl(config: Path, tasks: dict[str, Task], tmp_path: 
         return reward
 
     assert asyncio.run(main()) == 1.0
+
+
+# -- the example launch script against verl's own trainer config ------------------------------
+
+# What CI installs next to the project (docs/verl.md): verl and the few packages its trainer
+# config needs, without verl's declared dependencies (they would replace the project's torch,
+# transformers and vLLM). hydra-core 1.3's override parser needs antlr 4.9.
+VERL_INSTALL = (
+    "pip install --no-deps verl==0.9.1 hydra-core==1.3.8 antlr4-python3-runtime==4.9.3 "
+    "ray==2.60.0 tensordict==0.10.0 pyvers==0.1.0 orjson==3.13.0 codetiming==1.4.0"
+)
+VERL_MAIN = ["-m", "verl.trainer.main_ppo"]
+# A python3 that records the arguments of `python3 -m verl.trainer.main_ppo` and runs
+# everything else (the script's version check and data export) as the real interpreter.
+RECORDER = """
+import json, os, sys
+if sys.argv[1:3] == {main!r}:
+    with open(os.environ["BIRDRL_TEST_VERL_ARGV"], "w") as out:
+        json.dump(sys.argv[3:], out)
+    sys.exit(0)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+"""
+
+
+def need_verl() -> str:
+    """verl's version; skips without verl and hydra-core, fails instead where
+    BIRDRL_REQUIRE_VERL=1 (CI)."""
+    try:
+        import hydra  # type: ignore[import-not-found]  # noqa: F401
+        import verl  # type: ignore[import-not-found]
+    except ImportError as exc:
+        reason = f"verl's trainer config cannot be loaded ({exc}); to run: {VERL_INSTALL}"
+        if os.environ.get("BIRDRL_REQUIRE_VERL") == "1":
+            pytest.fail(f"BIRDRL_REQUIRE_VERL=1 but {reason}")
+        pytest.skip(reason)
+    return str(verl.__version__)
+
+
+def run_example(
+    folder: Path, stage: int, config: Path, *overrides: str, any_version: bool = False
+) -> list[str]:
+    """Run run_grpo.sh as a user would, with `python3 -m verl.trainer.main_ppo` recorded
+    instead of started: the Hydra overrides it passes, after the shell's substitutions."""
+    pytest.importorskip("pyarrow", reason="the script exports parquet (birdrl[datasets])")
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("python3", "python"):
+        shim = bin_dir / name
+        shim.write_text(f"#!{sys.executable}\n" + RECORDER.format(main=VERL_MAIN))
+        shim.chmod(0o755)
+    argv = folder / "argv.json"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OUT": str(folder / "data"),
+        "STAGE": str(stage),
+        "BIRDRL_VERL_CONFIG": str(config),
+        "BIRDRL_TEST_VERL_ARGV": str(argv),
+        "BIRDRL_VERL_ANY_VERSION": "1" if any_version else "0",
+    }
+    script = EXAMPLES / "run_grpo.sh"
+    done = subprocess.run(
+        ["bash", str(script), *overrides],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return list(json.loads(argv.read_text()))
+
+
+def compose_verl(argv: list[str]) -> Any:
+    """verl's packaged trainer config with `argv` applied, as main_ppo's @hydra.main composes
+    it (Hydra refuses keys the config lacks)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        return compose("ppo_trainer", overrides=argv)
+
+
+def check_as_main_ppo(cfg: Any) -> None:
+    """The checks verl.trainer.main_ppo.main runs on the composed config before Ray starts."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    auto_set_device(cfg)
+    with warnings.catch_warnings():  # "Disabled critic as adv_estimator != gae": GRPO's way
+        warnings.simplefilter("ignore", UserWarning)
+        critic = need_critic(cfg)
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=critic)
+
+
+@pytest.mark.parametrize("stage", [3, 4])
+def test_example_script_exports_and_launches(tmp_path: Path, config: Path, stage: int) -> None:
+    """Without verl: the script's data step writes the stage's rows where its launch reads
+    them, and the launch line reaches verl's entry point with well-formed overrides."""
+    argv = run_example(tmp_path, stage, config, any_version=True)
+    assert all("=" in arg and " " not in arg.split("=")[0] for arg in argv), argv
+    values = dict(arg.lstrip("+").split("=", 1) for arg in argv)
+    pq = pytest.importorskip("pyarrow.parquet")
+    agent = {3: "single_turn_agent", 4: "tool_agent"}[stage]
+    for key, split in (("data.train_files", "train"), ("data.val_files", "test")):
+        rows = pq.read_table(values[key]).to_pylist()
+        assert rows and {r["agent_name"] for r in rows} == {agent}
+        assert {r["extra_info"]["split"] for r in rows} == {split}
+    assert list(values.values()).count(str(config)) == 2  # the reward's kwargs, Ray's env
+
+
+@pytest.mark.parametrize("stage", [3, 4])
+def test_example_passes_verls_config_checks(
+    tmp_path: Path, config: Path, tasks: dict[str, Task], stage: int
+) -> None:
+    """The script's overrides on verl's own packaged config: composed by Hydra, checked by
+    verl's validate_config and config dataclasses, the reward function loaded by verl's
+    loader and called, the Ray workers' environment built, as main_ppo does before Ray."""
+    need_verl()
+    from omegaconf import OmegaConf
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.utils.config import omega_conf_to_dataclass
+
+    argv = run_example(tmp_path, stage, config)
+    cfg = compose_verl(argv)
+    check_as_main_ppo(cfg)
+    # With the KL loss on (a user's extra override), the reference model's sizes hold too.
+    check_as_main_ppo(compose_verl([*argv, "actor_rollout_ref.actor.use_kl_loss=True"]))
+
+    rollout = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout)  # as the workers do
+    assert rollout.multi_turn.enable is (stage == 4)
+    if stage == 4:
+        assert Path(rollout.multi_turn.tool_config_path) == EXAMPLES / "tool_config.yaml"
+    engine_ranks = rollout.tensor_model_parallel_size * rollout.data_parallel_size
+    gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    assert gpus % (engine_ranks * rollout.pipeline_model_parallel_size) == 0
+    assert omega_conf_to_dataclass(cfg.algorithm).adv_estimator == "grpo"
+    omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
+
+    # verl's reward workers load the reward this way; None would mean verl's default scorer,
+    # which knows no "birdrl" rows (a custom_reward_function key verl ignores gives None).
+    reward = get_custom_reward_fn(cfg)
+    assert reward is not None
+    task = tasks["chinook_003"]
+    info: dict[str, Any] = {"stage": stage, "tool_rewards": [0.0, 1.0]}
+    sample = answer(task.sol_sql) if stage == 3 else "<tool_call>..."
+    score = reward(
+        data_source="birdrl", solution_str=sample, ground_truth=task.instance_id, extra_info=info
+    )
+    assert score == 1.0
+
+    env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
+    assert OmegaConf.to_container(env)["env_vars"][CONFIG_ENV] == str(config)
+
+
+def test_verl_extra_admits_the_validated_verl() -> None:
+    """CI validates the example on the verl it installs; the extra must allow that verl."""
+    found = need_verl()
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    extra = project["project"]["optional-dependencies"]["verl"]
+    spec = next(Requirement(r) for r in extra if Requirement(r).name == "verl").specifier
+    assert found in spec, f"verl {found} is outside the verl extra's {spec}"
 
 
 def test_cli_export_verl(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 (volcengine/verl, Ray-based RL) instead of TRL.
 
 * `export`: stage-3/4 RL prompt rows -> verl's parquet rows (``data.train_files``).
-* `reward`: ``compute_score``, verl's custom reward function (``custom_reward_function``).
+* `reward`: ``compute_score``, verl's custom reward function
+  (``reward.custom_reward_function``).
 * `tools`: ``execute_sql`` / ``submit_solution`` as verl tools over trajectory-scoped leases
   (``actor_rollout_ref.rollout.multi_turn.tool_config_path``).
 

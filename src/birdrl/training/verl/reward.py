@@ -1,10 +1,11 @@
 """verl's custom reward function: ``compute_score(data_source, solution_str, ground_truth,
 extra_info)``, scored by birdrl's evaluator, the scorer benchmark SR comes from.
 
-verl loads it by module path and name (``custom_reward_function.path=pkg://birdrl.training.
-verl.reward``, or this file's path) in its reward workers, so it finds its tasks and evaluator
-through a `VerlConfig` file (``reward_kwargs.config`` or ``$BIRDRL_VERL_CONFIG``), built once
-per process. ``ground_truth`` is the task's instance_id (see `export`).
+verl loads it by module path and name (``reward.custom_reward_function.path=pkg://birdrl.
+training.verl.reward`` in verl 0.9, or this file's path) in its reward workers, so it finds
+its tasks and evaluator through a `VerlConfig` file (``reward_kwargs.config`` or
+``$BIRDRL_VERL_CONFIG``), built once per process. ``ground_truth`` is the task's instance_id
+(see `export`).
 
 * Stage 3 (single turn): the ``<answer>`` block of the response, split into statements and
   scored like `ExecutionReward`: a debugging task's pass rate, a text-to-SQL task's EX;
@@ -130,8 +131,8 @@ class VerlScorer:
             raise VerlRewardError(
                 f"stage-4 sample of task {instance_id!r} carries no tool rewards "
                 "(extra_info has neither 'tool_rewards' nor 'rollout_reward_scores'): run the "
-                "multi-turn rollout with birdrl's tools and verl's reward loop "
-                "(reward_model.use_reward_loop=True)"
+                "multi-turn rollout with birdrl's tools (verl's tool agent loop, rows with "
+                "agent_name 'tool_agent') and verl's reward loop"
             )
         values = [float(r) for r in list(rewards)]
         if any(math.isnan(v) for v in values):
@@ -150,8 +151,8 @@ def compute_score(
     config: str | Path | None = None,
     **kwargs: Any,
 ) -> float:
-    """verl's custom reward function. `config` (``custom_reward_function.reward_kwargs.
-    config``) names the `VerlConfig` file, else ``$BIRDRL_VERL_CONFIG``; other keyword
-    arguments verl may add (reward-model router settings) are ignored."""
+    """verl's custom reward function. `config` (``reward.custom_reward_function.
+    reward_kwargs.config``) names the `VerlConfig` file, else ``$BIRDRL_VERL_CONFIG``; other
+    keyword arguments verl may add (reward-model router settings) are ignored."""
     scorer = runtime(config).scorer()
     return scorer.score(data_source, solution_str, ground_truth, extra_info)

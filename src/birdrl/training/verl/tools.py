@@ -1,8 +1,9 @@
 """``execute_sql`` and ``submit_solution`` as verl tools, over trajectory-scoped leases.
 
 verl's tool agent loop (verl >= 0.7) calls ``create`` / ``execute`` / ``release`` around
-*every* tool call, with a fresh instance id each time, on tool objects it builds per sample,
-so nothing can live on the tool object or under its instance id. An episode lives in this
+*every* tool call, with a fresh instance id each time, on tool objects shared by many
+trajectories (0.7 built them per sample, 0.9 once per agent-loop worker), so nothing can
+live on the tool object or under its instance id. An episode lives in this
 process's `TrajectoryStore`, keyed by the trajectory: verl's request id (``agent_data.
 request_id``, passed to ``execute``), or, for verl's older SGLang rollout, which created one
 instance per request, that instance id. Each trajectory is one `SQLActEnv` episode, so
