@@ -11,9 +11,10 @@ characters of schema), rendered with the model's chat template and the tools: 78
 tokens (median 902). Every completion is exactly ``--tokens`` long (EOS ignored), so the
 engines do the same work; tok/s counts generated tokens only, and each figure includes the
 prompts' prefill.
-Each engine runs in a subprocess of its own, so its load time (the weights; for vLLM also
-its import and KV cache; torch and transformers are imported before the clock starts) is
-from a cold start and one engine cannot slow another. The machine's CPU and its bf16
+HF ``generate`` runs on the GPU when torch sees one (where vLLM's GPU build runs), else on
+the CPU. Each engine runs in a subprocess of its own, so its load time (the weights; for
+vLLM also its import and KV cache; torch and transformers are imported before the clock
+starts) is from a cold start and one engine cannot slow another. The machine's CPU and its bf16
 capability are printed with the table.
 """
 
@@ -80,9 +81,13 @@ def _run_hf(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # on the GPU when there is one, as vLLM is: the two engines are compared on one device
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    lm = AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, dtype)).eval()
+    lm = AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, dtype))
+    lm = lm.to(device).eval()
+    _synchronize(device)
     load = time.perf_counter() - started
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out = {}
@@ -96,6 +101,8 @@ def _run_hf(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"do_sample": True, "temperature": 1.0, "top_k": 0}
         if not sampled:
             kwargs = {"do_sample": False}
+        ids, mask = ids.to(device), mask.to(device)
+        _synchronize(device)
         t = time.perf_counter()
         with torch.inference_mode():
             result = lm.generate(
@@ -106,10 +113,19 @@ def _run_hf(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:
                 pad_token_id=pad,
                 **kwargs,
             )
+        _synchronize(device)
         seconds = time.perf_counter() - t
         generated = (result.shape[1] - width) * len(prompts)
         out[label] = _case(label, seconds, generated)
     return {"load_s": load, "cases": out}
+
+
+def _synchronize(device: Any) -> None:
+    """Wait for the GPU's queued work, so a timing covers it (nothing to wait for on a CPU)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _run_vllm(model: Path, dtype: str, cases: Any, tokens: int) -> dict[str, Any]:

@@ -105,6 +105,30 @@ def test_concurrency_below_one_is_refused_before_anything_runs(
     assert "concurrency must be >= 1" in one_line_error(invoke(*args, *out))
 
 
+# 3b. how a model agent loads its model -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (("--agent", "vllm:m", "--dtype", "float16"), "dtype must be one of auto, float32"),
+        (("--agent", "vllm:m", "--gpu-memory-utilization", "1.5"), "must be in (0, 1], not 1.5"),
+        (("--agent", "vllm:m", "--gpu-memory-utilization", "0"), "must be in (0, 1], not 0.0"),
+        (("--agent", "vllm:m", "--tensor-parallel-size", "0"), "at least 1, not 0"),
+        (("--agent", "vllm:m", "--max-model-len", "0"), "max_model_len must be at least 1"),
+        (("--agent", "hf:m", "--tensor-parallel-size", "2"), "only vllm: agents use them"),
+        (("--agent", "gold", "--enforce-eager"), "enforce_eager set for 'gold'"),
+        (("--agent", "no-such-agent"), "unknown agent 'no-such-agent'"),
+    ],
+)
+def test_model_settings_are_refused_before_anything_runs(
+    options: tuple[str, ...], message: str, tmp_path: Path
+) -> None:
+    # the task file does not exist: the settings are judged before it is looked for
+    absent = str(tmp_path / "absent.jsonl")
+    assert message in one_line_error(invoke("eval", "--tasks", absent, *options))
+
+
 # 4. predictions that match no task ----------------------------------------------------------
 
 

@@ -77,6 +77,7 @@ def test_vllm_server_url_reaches_trl() -> None:
         "use_vllm": True,
         "vllm_mode": "server",
         "vllm_server_base_url": "http://gen:8000",
+        "vllm_importance_sampling_mode": "token_truncate",
     }
 
 
@@ -191,3 +192,140 @@ def test_importance_sampling_correction_only_when_both_are_not_fp32(
     )
     args = RunGeneration(config, plan_generation(config, 1, capability)).grpo_args()
     assert args["vllm_importance_sampling_correction"] is corrected
+
+
+# -- the engine's settings ------------------------------------------------------------------
+
+
+def test_engine_settings_reach_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ``vllm_*`` key of the config is in the run's `VLLMEngineConfig`; ``auto``
+    leaves eagerness to the engine (eager on a CPU, CUDA graphs on a GPU) and turns sleep
+    mode on only with CUDA."""
+    from birdrl.agents.vllm_engine import VLLMEngineConfig
+
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
+    config = apply_overrides(
+        load_preset("smoke"),
+        [
+            "generation_engine=vllm",
+            "vllm_max_model_len=3000",
+            "vllm_enforce_eager=false",
+            "vllm_sleep_mode=true",
+            "vllm_gpu_memory_utilization=0.55",
+            "vllm_kv_cache_gib=3",
+            "seed=7",
+        ],
+    )
+    engine = RunGeneration(config, plan_generation(config, 1, EMULATED)).vllm
+    assert engine.config == VLLMEngineConfig(
+        dtype="float32",
+        max_model_len=3000,
+        seed=7,
+        enforce_eager=False,
+        cpu_kv_cache_gib=3,
+        gpu_memory_utilization=0.55,
+        tensor_parallel_size=1,
+        sleep_mode=True,
+    )
+    auto = apply_overrides(config, ["vllm_enforce_eager=auto", "vllm_sleep_mode=auto"])
+    for cuda in (False, True):
+        monkeypatch.setattr(generation_module, "use_cuda", lambda c=cuda: c)
+        settings = RunGeneration(auto, plan_generation(auto, 1, EMULATED)).engine_config
+        assert settings.enforce_eager is None and settings.sleep_mode is cuda
+
+
+def test_max_model_len_is_derived_from_the_lengths() -> None:
+    """Unless set, the engine's context is the longest a generating phase can reach: for
+    the GPU presets at least a stage-4 prompt plus its 6,144-token episode (the 8,192 of
+    before cut those episodes' tool turns)."""
+    from birdrl.training.generation import derive_max_model_len, phase_lengths, prompt_tokens_bound
+
+    for name in ("qwen2.5-coder-7b", "qwen2.5-coder-7b-lora", "qwen2.5-coder-14b",
+                 "qwen2.5-coder-14b-full"):  # fmt: skip
+        config = load_preset(name)
+        derived = derive_max_model_len(config)
+        assert derived >= prompt_tokens_bound(config) + config.stage4.max_completion_length
+        assert derived >= prompt_tokens_bound(config) + 6144 > 8192
+        assert derived == max(phase_lengths(config).values())
+        assert set(phase_lengths(config)) == {"stage3", "stage4", "evaluation"}
+    config = apply_overrides(load_preset("qwen2.5-coder-7b"), ["vllm_max_model_len=4096"])
+    assert derive_max_model_len(config) == 4096
+    off = apply_overrides(load_preset("smoke"), ["stage3.enabled=false", "stage4.enabled=false"])
+    assert set(phase_lengths(off)) == {"evaluation"}
+
+
+def test_the_prompt_bound_holds_for_the_bundled_tasks() -> None:
+    """`prompt_tokens_bound` (schema characters at 2 per token plus a fixed part) is above
+    every stage-3 and stage-4 prompt of the bundled tasks, rendered with the tool schemas
+    by the embedded model's tokenizer, at the GPU presets' schema budget."""
+    from birdrl.env.prompts import build_messages
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.training.environment import tool_schemas
+    from birdrl.training.generation import prompt_tokens_bound
+
+    tokenizer, _ = load_tokenizer(resolve_training_model("embedded"))
+    config = load_preset("qwen2.5-coder-7b")
+    bound = prompt_tokens_bound(config)
+    longest = 0
+    for split in ("train", "test"):
+        bench = open_benchmark(f"bundled:{split}")
+        for task in bench.debugging_tasks():
+            for single in (True, False):
+                messages = build_messages(
+                    task,
+                    bench.databases[task.db_id],
+                    single_turn=single,
+                    sample_rows=config.prompt.sample_rows,
+                    budget_chars=config.prompt.schema_budget_chars,
+                )
+                text = tokenizer.apply_chat_template(
+                    messages,
+                    tools=None if single else list(tool_schemas()),
+                    tokenize=False,
+                    add_generation_prompt=True,
+                )
+                longest = max(longest, len(tokenizer(text)["input_ids"]))
+    assert longest <= bound, f"a bundled prompt has {longest} tokens, the bound is {bound}"
+
+
+def test_several_gpus_in_one_process_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared engine's in-place weight sync needs vLLM's single-process executor: one
+    process with ``vllm_tensor_parallel_size > 1`` is refused, naming what works."""
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
+    config = apply_overrides(
+        load_preset("smoke"), ["generation_engine=vllm", "vllm_tensor_parallel_size=2"]
+    )
+    with pytest.raises(ConfigError, match=r"accelerate launch.*vllm_mode = \"server\""):
+        plan_generation(config, 1, EMULATED)
+    server = apply_overrides(config, ["vllm_mode=server"])
+    assert plan_generation(server, 1, EMULATED).rollouts == "trl-server"
+
+
+def test_trl_colocated_engines_get_the_engine_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Several processes: TRL builds one engine per rank group from its own GRPOConfig
+    arguments, which carry the run's settings (the context capped at the model's)."""
+    monkeypatch.setattr(generation_module, "vllm_installed", lambda: True)
+    config = apply_overrides(
+        load_preset("smoke"),
+        [
+            "generation_engine=vllm",
+            "vllm_tensor_parallel_size=2",
+            "vllm_gpu_memory_utilization=0.6",
+            "vllm_sleep_mode=true",
+        ],
+    )
+    run = RunGeneration(config, plan_generation(config, 4, EMULATED))
+    assert run.plan.rollouts == "trl-colocate"
+    model = resolve_training_model("tiny-random")
+    context = json.loads((Path(model) / "config.json").read_text())["max_position_embeddings"]
+    args = run.grpo_args(model)
+    assert args["vllm_tensor_parallel_size"] == 2
+    assert args["vllm_gpu_memory_utilization"] == 0.6
+    length = generation_module.derive_max_model_len(config)
+    assert args["vllm_max_model_length"] == min(length, context)
+    # vLLM's CPU build refuses sleep mode: TRL's own engines get it on a GPU only
+    assert args["vllm_enable_sleep_mode"] is False
+    monkeypatch.setattr(generation_module, "use_cuda", lambda: True)
+    assert run.grpo_args(model)["vllm_enable_sleep_mode"] is True

@@ -47,6 +47,22 @@ def test_full_fine_tuning_change_is_relative_to_the_start() -> None:
     assert tracker.change() == pytest.approx(float((now - start).norm() / start.norm()))
 
 
+def test_replaced_parameters_are_not_measured_as_unchanged() -> None:
+    """FSDP2 swaps every parameter for a sharded one when the trainer prepares the model
+    (after the tracker was built): the stale copies would read 0.0 and warn "weights
+    unchanged"; at train begin the callback marks the measurement skipped instead."""
+    net = _Net()
+    tracker = WeightTracker(net)
+    callback = DiagnosticsCallback(1, "sft", tracker)
+    callback.on_train_begin(None, None, None, model=net)  # the same parameters: measured
+    assert tracker.change() == 0.0
+    with torch.no_grad():
+        net.lin.weight = torch.nn.Parameter(net.lin.weight + 1.0)  # as fully_shard does
+    callback.on_train_begin(None, None, None, model=net)
+    assert tracker.change() is None
+    assert "sharded" in (tracker.skipped or "")
+
+
 def test_lora_change_is_over_the_effective_weights() -> None:
     peft = pytest.importorskip("peft")
     model = peft.get_peft_model(

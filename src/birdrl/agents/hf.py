@@ -15,13 +15,7 @@ from typing import Any
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.chat import ChatFormat, context_length_of, fallback_tool_messages
-from birdrl.agents.models import (
-    EMBEDDED_ALIASES,
-    EMBEDDED_MODEL,
-    ModelError,
-    require_hf,
-    resolve_model,
-)
+from birdrl.agents.models import ModelError, model_label, require_hf, resolve_model
 from birdrl.env.types import Message
 
 __all__ = ["ContextOverflowError", "HFAgent", "fallback_tool_messages"]
@@ -36,7 +30,8 @@ class ContextOverflowError(ModelError):
 class HFAgent:
     """An `Agent` backed by a local Hugging Face causal LM.
 
-    `model` is a local model directory or a spec `resolve_model` accepts (``"embedded"``).
+    `model` is a spec `resolve_model` accepts: a local model directory, ``"embedded"`` or a
+    hub id ``ORG/NAME`` (its snapshot in huggingface_hub's cache).
     `device` is ``"auto"`` (cuda when available, else cpu) or a torch device string;
     `dtype` is ``"auto"`` (the checkpoint's own dtype) or one of float32, bfloat16,
     float16. Conversations are generated `batch_size` at a time.
@@ -70,9 +65,7 @@ class HFAgent:
         except (OSError, ValueError, ImportError) as exc:
             raise ModelError(f"cannot load the model in {path}: {exc}") from exc
         lm.to(resolved_device)
-        is_embedded = os.fspath(model).strip().lower() in EMBEDDED_ALIASES
-        default_name = f"hf:{EMBEDDED_MODEL if is_embedded else path.name}"
-        self._setup(lm, tokenizer, generation, batch_size, name or default_name)
+        self._setup(lm, tokenizer, generation, batch_size, name or f"hf:{model_label(model, path)}")
         self.path: Path | None = path
 
     @classmethod

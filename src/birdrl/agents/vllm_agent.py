@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.chat import ChatFormat
 from birdrl.agents.hf import ContextOverflowError
-from birdrl.agents.models import EMBEDDED_ALIASES, EMBEDDED_MODEL, ModelError, resolve_model
+from birdrl.agents.models import ModelError, model_label, resolve_model
 from birdrl.agents.vllm_engine import VLLMEngine, VLLMEngineConfig, VLLMUnavailable
 from birdrl.env.types import Message
 
@@ -25,8 +24,10 @@ __all__ = ["VLLMAgent", "VLLMUnavailable"]
 
 
 class VLLMAgent:
-    """`Agent` over a `VLLMEngine`. `model` is a local model directory or ``embedded``;
-    `engine_config` sets the dtype and memory (default: float32)."""
+    """`Agent` over a `VLLMEngine`. `model` is a local model directory, ``embedded`` or a hub
+    id ``ORG/NAME`` (`resolve_model`); `engine_config` sets the dtype, memory, parallelism
+    and context (default: `VLLMEngineConfig()`, float32; `birdrl.agents.registry.ModelSettings`
+    chooses the dtype by capability)."""
 
     name: str
 
@@ -49,9 +50,7 @@ class VLLMAgent:
             tokenizer = AutoTokenizer.from_pretrained(str(path))
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load the tokenizer of {path}: {exc}") from exc
-        is_embedded = os.fspath(model).strip().lower() in EMBEDDED_ALIASES
-        default = f"vllm:{EMBEDDED_MODEL if is_embedded else Path(path).name}"
-        self._setup(engine, tokenizer, generation, name or default)
+        self._setup(engine, tokenizer, generation, name or f"vllm:{model_label(model, path)}")
         self._owns_engine = True
 
     @classmethod

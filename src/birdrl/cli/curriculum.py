@@ -53,10 +53,31 @@ def curriculum_command(
             "can; writes OUT/ablation.md (default OUT: runs/<preset>-ablation)."
         ),
     ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the GPU memory per stage and GPU (weights, gradients, optimizer, "
+            "activations, reference model, vLLM) and whether it fits; train nothing.",
+        ),
+    ] = False,
+    gpus: Annotated[
+        int | None,
+        typer.Option(help="--plan: GPUs, one process each (default: the preset's [hardware])."),
+    ] = None,
+    gpu_gib: Annotated[
+        float | None,
+        typer.Option("--gpu-gib", help="--plan: memory of one GPU in GiB (default: the preset's)."),
+    ] = None,
+    sharding: Annotated[
+        str | None,
+        typer.Option(help="--plan: ddp, zero2, zero3 or fsdp (default: the preset's)."),
+    ] = None,
+    plan_format: Annotated[str, typer.Option(help="--plan: table, markdown or json.")] = "table",
 ) -> None:
     """Train with the four-stage curriculum (SFT, SFT, GRPO, multi-turn GRPO), evaluating on
     the held-out split after each stage; writes report.md with plots and a browsable viewer
-    (RUN/view/index.html, see birdrl view)."""
+    (RUN/view/index.html, see birdrl view). --plan prints the GPU memory plan instead."""
     from birdrl.training.config import apply_overrides, load_preset
     from birdrl.training.curriculum import parse_stages, run_curriculum
 
@@ -64,6 +85,9 @@ def curriculum_command(
     with clean_errors():
         config = apply_overrides(load_preset(preset), list(set_ or []))
         run_dir = out or Path("runs") / config.name
+        if plan:
+            _print_memory_plan(console, config, stages, gpus, gpu_gib, sharding, plan_format)
+            return
         if dry_run:
             _print_plan(console, config, run_dir, processes)
             return
@@ -165,3 +189,79 @@ def _print_plan(console: Any, config: Any, run_dir: Path, processes: int | None)
     for line in plan_run(config, used, world).lines():
         console.print(line)
     console.print(f"accelerate configs shipped with birdrl: {accelerate_configs()}")
+
+
+def _print_memory_plan(
+    console: Console,
+    config: Any,
+    stages: str,
+    gpus: int | None,
+    gpu_gib: float | None,
+    sharding: str | None,
+    fmt: str,
+) -> None:
+    import json
+    from dataclasses import replace
+
+    from rich import box
+
+    from birdrl.training.config import ConfigError
+    from birdrl.training.curriculum import parse_stages
+    from birdrl.training.memory import plan_memory
+
+    if fmt not in ("table", "markdown", "json"):
+        raise ConfigError(f"--plan-format must be table, markdown or json, not {fmt!r}")
+    given = {"gpus": gpus, "gpu_memory_gib": gpu_gib, "sharding": sharding}
+    hardware = replace(config.hardware, **{k: v for k, v in given.items() if v is not None})
+    memory = plan_memory(config, hardware, parse_stages(stages))
+    if fmt == "json":
+        console.print_json(json.dumps(memory.to_dict()))
+        return
+    hw = memory.hardware
+    where = f"{hw.gpus} x {hw.gpu_memory_gib:.1f} GiB, {hw.sharding}" if hw.gpus else "CPU"
+    title = f"{memory.preset}: GiB per GPU ({where}; {memory.finetuning})"
+    markdown = fmt == "markdown"
+    table = Table(
+        title=None if markdown else title,
+        box=box.MARKDOWN if markdown else box.HEAVY_HEAD,
+        pad_edge=not markdown,
+    )
+    if markdown:
+        console.print(f"**{escape(title)}**\n", highlight=False)
+    table.add_column("per GPU, GiB")
+    for stage in memory.stages:
+        table.add_column(f"stage {stage.stage}", justify="right")
+
+    def row(label: str, values: list[str]) -> None:
+        table.add_row(label, *values)
+
+    def gib(value: float | None) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    s = memory.stages
+    row("tokens per micro-batch", [f"{x.tokens:,}" for x in s])
+    for label, attr in (
+        ("weights", "weights"),
+        ("gradients", "gradients"),
+        ("optimizer state", "optimizer"),
+        ("activations (estimate)", "activations"),
+        ("reference model", "reference"),
+        ("vLLM weights (awake)", "vllm_weights"),
+        ("vLLM KV cache (awake)", "vllm_kv"),
+        ("vLLM while training", "vllm_training"),
+        ("other", "other"),
+    ):
+        row(label, [gib(getattr(x, attr)) for x in s])
+    row("total: training step", [gib(x.training) for x in s])
+    row("total: generation", [gib(x.generation) for x in s])
+    row("GPU memory", [gib(x.gpu) for x in s])
+    row("fits", ["yes" if x.fits else "NO" for x in s])
+    if s:
+        console.print(table)
+    bullet = "- " if markdown else ""
+    for stage in s:
+        verdict = escape(stage.verdict())
+        line = f"{bullet}stage {stage.stage} ({stage.name}): {verdict}"
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in memory.assumptions:
+        console.print(f"- {escape(line)}", highlight=False, soft_wrap=True)

@@ -17,8 +17,16 @@ from rich.table import Table
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import check_rollout_config, evaluate_agent
-from birdrl.agents.registry import AGENT_SPECS, closing_agent, make_agent, token_counter_for
+from birdrl.agents.registry import (
+    AGENT_SPECS,
+    ModelSettings,
+    check_agent,
+    closing_agent,
+    make_agent,
+    token_counter_for,
+)
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
+from birdrl.agents.vllm_engine import VLLMEngineConfig
 from birdrl.cli.common import clean_errors, results_console
 from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig
@@ -104,6 +112,42 @@ def eval_command(
     max_tool_calls: Annotated[int, typer.Option(help="With --agent: tool calls per episode.")] = 5,
     max_new_tokens: Annotated[int, typer.Option(help="Model agents: tokens per turn.")] = 512,
     temperature: Annotated[float, typer.Option(help="Model agents: 0 = greedy.")] = 0.0,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="hf and vllm agents: auto (bfloat16 where the device computes it natively, "
+            "else float32), float32 or bfloat16."
+        ),
+    ] = ModelSettings.dtype,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            help="vllm agents on a GPU: share of its memory for weights and KV cache "
+            f"(default {VLLMEngineConfig.gpu_memory_utilization})."
+        ),
+    ] = None,
+    tensor_parallel_size: Annotated[
+        int | None,
+        typer.Option(
+            help="vllm agents: GPUs to shard the weights over "
+            f"(default {VLLMEngineConfig.tensor_parallel_size})."
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help="vllm agents: longest prompt + completion in tokens (default: the model's "
+            "context)."
+        ),
+    ] = None,
+    enforce_eager: Annotated[
+        bool | None,
+        typer.Option(
+            "--enforce-eager/--no-enforce-eager",
+            help="vllm agents: no torch.compile or CUDA graphs (default: eager on a CPU, "
+            "CUDA graphs on a GPU).",
+        ),
+    ] = None,
     workers: WorkersOption = None,
     skip_invalid: SkipOption = False,
     fix_quirks: Annotated[
@@ -167,7 +211,15 @@ def eval_command(
         if workers is not None:
             config = replace(config, workers=workers)
         rollout = None
+        settings = ModelSettings(
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            max_model_len=max_model_len,
+            enforce_eager=enforce_eager,
+        )
         if agent is not None:
+            check_agent(agent, settings)
             rollout = RolloutConfig(
                 concurrency=concurrency,
                 env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
@@ -188,7 +240,7 @@ def eval_command(
                 render_dropped(run, console)
                 summary, report, preds = _score_run(
                     run, predictions, agent, mode, rollout, max_new_tokens, temperature,
-                    trajectories, len(bench.tasks.skipped), console,
+                    settings, trajectories, len(bench.tasks.skipped), console,
                 )  # fmt: skip
                 render_semantics(run, config.semantics, console)  # once scored, beside it
             rows.append((run, summary))
@@ -220,17 +272,21 @@ def _score_run(
     rollout: RolloutConfig | None,
     max_new_tokens: int,
     temperature: float,
+    settings: ModelSettings,
     trajectories: Path | None,
     skipped: int,
     console: Console,
 ) -> tuple[Summary, dict[str, Any], Predictions]:
     """Score one dialect's tasks with an agent in the environment (`agent` and its
-    `rollout`) or with predictions; `skipped` malformed tasks are counted in the summary."""
+    `rollout`; a model agent loads as `settings` say) or with predictions; `skipped`
+    malformed tasks are counted in the summary."""
     check_scorable(run.tasks)  # before a model or the predictions load, for either source
     if agent is not None and rollout is not None:
         generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
         with (
-            closing_agent(make_agent(agent, mode=mode, generation=generation)) as runner,
+            closing_agent(
+                make_agent(agent, mode=mode, generation=generation, settings=settings)
+            ) as runner,
             progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance,
         ):
             outcome = evaluate_agent(

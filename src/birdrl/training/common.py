@@ -1,5 +1,6 @@
 """What the SFT and GRPO stages share: trainer arguments, LoRA, progress, checkpoints,
-and how a finished stage is saved (a plain model directory the next stage loads)."""
+and how a finished stage is saved (a plain model directory the next stage loads, gathered
+from every rank where ZeRO-3 or FSDP shard the weights)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from birdrl.agents.models import ModelError
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
 from birdrl.training.distributed import BARRIER_TIMEOUT_S
-from birdrl.training.models import training_precision, use_cuda
+from birdrl.training.models import policy_precision, use_cuda
 
 if TYPE_CHECKING:
     from birdrl.training.generation import RunGeneration
@@ -30,6 +32,7 @@ __all__ = [
     "lora_config",
     "prepare_trainer",
     "progress_callback",
+    "save_trained_model",
 ]
 
 Progress = Callable[[str], None]
@@ -88,7 +91,7 @@ def common_args(
         "report_to": [] if config.report_to == "none" else [config.report_to],
         "seed": config.seed,
         "use_cpu": not cuda,
-        "bf16": training_precision(config.dtype, config.bf16_training).bf16,
+        "bf16": policy_precision(config).bf16,
         _checkpointing_arg(): config.gradient_checkpointing,
         "dataloader_num_workers": 0,
         "ddp_timeout": BARRIER_TIMEOUT_S,  # if the trainer creates the process group first
@@ -182,18 +185,18 @@ def last_checkpoint(out_dir: Path) -> str | None:
 
 
 def finish_stage(trainer: Any, tokenizer: Any, out_dir: Path, started: float) -> StageOutput:
-    """Merge LoRA adapters (if any) and save model + tokenizer to ``out_dir/model`` (on the
-    main process; the others wait); drop the intermediate checkpoints (the saved model
-    supersedes them; the logs stay)."""
-    model = trainer.model
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
+    """Save the trained model (LoRA adapters merged, `save_trained_model`) and the tokenizer
+    to ``out_dir/model`` and drop the intermediate checkpoints (the saved model supersedes
+    them; the logs stay). Every rank calls this: gathering sharded weights is collective;
+    the main process writes, the others wait."""
+    main = trainer.accelerator.is_main_process
     dest = out_dir / "model"
+    tmp = out_dir / "model.partial"
     history = list(trainer.state.log_history)
-    if trainer.accelerator.is_main_process:
-        tmp = out_dir / "model.partial"
+    if main:
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(str(tmp))
+    save_trained_model(trainer, tmp)
+    if main:
         tokenizer.save_pretrained(str(tmp))
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
@@ -202,3 +205,67 @@ def finish_stage(trainer: Any, tokenizer: Any, out_dir: Path, started: float) ->
             shutil.rmtree(checkpoint, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()
     return StageOutput(dest, history, time.monotonic() - started)
+
+
+def save_trained_model(trainer: Any, dest: Path) -> None:
+    """Write `trainer`'s model to `dest` as a plain model directory, LoRA adapters merged.
+
+    Every rank must call this. Where each rank holds the whole model (one process, DDP,
+    ZeRO-1/2) the main process merges LoRA in memory and saves. Where ZeRO-3 or FSDP shard
+    the weights, accelerate's ``get_state_dict`` gathers them from every rank, as
+    ``Trainer.save_model`` does (ZeRO-3 needs ``zero3_save_16bit_model``): rank 0 alone
+    would save empty partitions (ZeRO-3) or wait forever for the others to join its gather
+    (FSDP2). A sharded LoRA model cannot be merged in place (peft merges whole weights), so
+    the main process rebuilds it on the CPU from the gathered state (`_merge_gathered`)."""
+    from peft import PeftModel
+
+    accelerator = trainer.accelerator
+    model = accelerator.unwrap_model(trainer.model)
+    lora = isinstance(model, PeftModel)
+    if not _weights_sharded(accelerator):
+        if accelerator.is_main_process:
+            (model.merge_and_unload() if lora else model).save_pretrained(str(dest))
+        return
+    state_dict = accelerator.get_state_dict(trainer.model_wrapped)  # every rank gathers
+    if not accelerator.is_main_process:
+        return
+    if lora:
+        _merge_gathered(model, state_dict).save_pretrained(str(dest))
+    else:
+        model.save_pretrained(str(dest), state_dict=state_dict)
+
+
+def _weights_sharded(accelerator: Any) -> bool:
+    """Whether each rank holds only a shard of the weights (FSDP, DeepSpeed ZeRO-3)."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.FSDP:
+        return True
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return int(accelerator.state.deepspeed_plugin.zero_stage) == 3
+    return False
+
+
+def _merge_gathered(model: Any, state_dict: dict[str, Any]) -> Any:
+    """The plain model of peft `model` whose gathered state is `state_dict`, adapters merged:
+    the same peft model is built on the CPU over the starting weights (read from disk for
+    their shapes and dtype; every value is then replaced by the gathered one, the frozen
+    base included, and a key that does not match raises) and merged there."""
+    import copy
+
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    name = model.active_adapter
+    config = copy.deepcopy(model.peft_config[name])
+    frozen = next(p.dtype for p in model.parameters() if not p.requires_grad)
+    base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path, dtype=frozen)
+    rebuilt = get_peft_model(base, config, adapter_name=name)
+    try:
+        rebuilt.load_state_dict(state_dict, strict=True)
+    except RuntimeError as exc:  # torch reports missing and unexpected keys this way
+        raise ModelError(
+            f"the gathered state of the trained LoRA model does not fit a LoRA model over "
+            f"{config.base_model_name_or_path}: {exc}"
+        ) from exc
+    return rebuilt.merge_and_unload()

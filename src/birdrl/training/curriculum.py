@@ -40,6 +40,7 @@ from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
 from birdrl.training.distributed import dist_context
 from birdrl.training.environment import tool_schemas
 from birdrl.training.generation import RunGeneration, plan_generation
+from birdrl.training.memory import check_memory
 from birdrl.training.models import (
     load_tokenizer,
     require_training,
@@ -568,12 +569,15 @@ def run_curriculum(
     budgets are checked against the stage data (`birdrl.training.budgets`): `progress`
     gets a ``warning: ...`` line for each limit the teacher's samples do not fit in.
     `episode_progress(label, done, total)` follows evaluations and teacher episodes.
-    On a CPU, glibc is told to keep freed memory (`birdrl.training.allocator`)."""
+    On a CPU, glibc is told to keep freed memory (`birdrl.training.allocator`); on GPUs a
+    run whose memory plan does not fit is refused first (`birdrl.training.memory`)."""
     require_training()
     if not use_cuda():
         keep_freed_memory()
     run = Path(run_dir).expanduser()
     dist = dist_context()
+    stages = tuple(stages)  # a GPU run that cannot fit is refused before anything loads
+    check_memory(config, stages, warn=progress if dist.is_main else None)
     if dist.is_main:
         _check_run_dir(run, config, resume)
     dist.barrier()
@@ -627,7 +631,10 @@ def run_curriculum(
             if stage.number not in selected or not stage.settings(config).enabled:
                 state.check_not_lost(stage.number)
                 continue
-            output = state.train_stage(stage, model)
+            # the engine sleeps while the stage trains (sleep mode), and the stage's trainer
+            # and models are collected before the evaluation wakes it or loads a model
+            with state.generation.stage_training():
+                output = state.train_stage(stage, model)
             model = output.model_dir
             evaluation = stage.evaluate(state, model)
             record = StageRecord(

@@ -118,6 +118,16 @@ class WeightTracker:
                     self._plain.append((p, copy))
         self._norm = math.sqrt(norm2)
 
+    def check_tracked(self, model: Any) -> None:
+        """Mark the measurement skipped when `model`'s parameters are no longer the tracked
+        ones: FSDP2 replaces each parameter by a sharded DTensor when the trainer prepares
+        the model, and the stale copies would read 0.0 (a false "weights unchanged")."""
+        if self.skipped or not self._plain:
+            return
+        current = {id(p) for p in model.parameters()}
+        if any(id(p) not in current for p, _ in self._plain):
+            self.skipped = "parameters were replaced by sharded ones (FSDP)"
+
     def change(self) -> float | None:
         """‖θ − θ₀‖ / ‖θ₀‖ now (0.0: the weights did not move at all)."""
         import torch
@@ -168,6 +178,11 @@ class DiagnosticsCallback:
         self._quiet_run = 0
         self._seen: dict[str, int] = {}
         """The episode counters at the last log (none before the first)."""
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        model = kw.get("model")
+        if self.tracker is not None and model is not None:  # prepared (sharded) by now
+            self.tracker.check_tracked(model)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
         if not logs or "loss" not in logs:  # the end-of-training summary, evaluations

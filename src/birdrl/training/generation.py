@@ -12,13 +12,21 @@ and the number of processes:
 | ``vllm``, ``vllm_mode = "server"`` | ``generate`` | TRL's client of ``trl vllm-serve`` |
 
 `RunGeneration` carries the plan out; nothing else in the curriculum asks which engine
-runs. torch, transformers and vLLM are imported when they are used.
+runs. Its engine settings come from the config (``vllm_*`` keys): the context length is
+derived from the preset's lengths (`derive_max_model_len`) unless set, and with sleep mode
+on (``auto``: on a GPU) the engine gives its memory back while each stage trains
+(`RunGeneration.stage_training`; in GRPO between generations, as TRL's
+``vllm_enable_sleep_mode`` does). One process cannot shard the shared engine over GPUs
+(its in-place weight sync needs vLLM's single-process executor): a run with
+``vllm_tensor_parallel_size > 1`` is launched with accelerate (TRL's engines) or uses
+``vllm_mode = "server"``. torch, transformers and vLLM are imported when they are used.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import gc
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,25 +39,99 @@ from birdrl.agents.vllm_engine import (
     VLLM_GPU_INSTALL,
     VLLMEngine,
     VLLMEngineConfig,
+    model_context,
     vllm_installed,
 )
+from birdrl.env.sqlact import EnvConfig
 from birdrl.training.config import ConfigError, CurriculumConfig
 from birdrl.training.models import (
     TrainingPrecision,
     autocast_generation,
     load_policy,
-    training_precision,
+    policy_precision,
+    use_cuda,
 )
 
 if TYPE_CHECKING:
     from birdrl.agents.hf import HFAgent
     from birdrl.agents.vllm_agent import VLLMAgent
 
-__all__ = ["GenerationPlan", "RunGeneration", "plan_generation"]
+__all__ = [
+    "GenerationPlan",
+    "RunGeneration",
+    "derive_max_model_len",
+    "free_memory",
+    "phase_lengths",
+    "plan_generation",
+    "prompt_tokens_bound",
+]
 
 ROLLOUTS = ("hf", "vllm", "trl-colocate", "trl-server")
 """How GRPO generates: TRL's ``generate``, the run's shared vLLM engine, TRL's own colocated
 vLLM engine per rank, or TRL's vLLM server client."""
+
+
+SCHEMA_CHARS_PER_TOKEN = 2.0
+"""A lower bound on the characters per token of a prompt's schema (CREATE statements and
+sample rows): at least 2.63 on every bundled database at 8,000 characters with the embedded
+model's tokenizer (SmolLM2, 49k vocabulary; Qwen2.5's 151k vocabulary packs more)."""
+OBSERVATION_CHARS_PER_TOKEN = 1.0
+"""The same bound for a tool result: a table of numbers tokenizes digit by digit (at least
+1.12 characters per token on the bundled databases' tables)."""
+PROMPT_FIXED_TOKENS = 2048
+"""A prompt's tokens besides its schema: the chat template, the system prompt, the tool
+schemas and the issue (question and buggy SQL); at most 1,172 on the bundled tasks."""
+TOOL_TURN_TOKENS = 32
+"""The chat template's wrapping of one tool result (role markers, ``<tool_response>``)."""
+
+
+def prompt_tokens_bound(config: CurriculumConfig) -> int:
+    """An upper bound on a prompt's tokens: its schema (``prompt.schema_budget_chars`` at
+    `SCHEMA_CHARS_PER_TOKEN`) plus `PROMPT_FIXED_TOKENS`."""
+    return round(config.prompt.schema_budget_chars / SCHEMA_CHARS_PER_TOKEN) + PROMPT_FIXED_TOKENS
+
+
+def phase_lengths(config: CurriculumConfig) -> dict[str, int]:
+    """The longest context (prompt + everything generated or read after it, in tokens) each
+    phase that generates can reach: ``stage3`` and ``stage4`` (the prompt plus
+    ``max_completion_length``, which in stage 4 bounds the whole episode, tool results
+    included) when enabled, and ``evaluation`` (up to ``max_tool_calls`` turns of
+    ``max_new_tokens``, with a tool result of at most the environment's
+    ``observation_chars`` read before each turn but the first)."""
+    prompt = prompt_tokens_bound(config)
+    out = {}
+    for name in ("stage3", "stage4"):
+        stage = getattr(config, name)
+        if stage.enabled:
+            out[name] = prompt + stage.max_completion_length
+    settings = config.evaluation
+    observation = (
+        round(EnvConfig.observation_chars / OBSERVATION_CHARS_PER_TOKEN) + TOOL_TURN_TOKENS
+    )
+    turns = settings.max_tool_calls
+    out["evaluation"] = prompt + turns * settings.max_new_tokens + (turns - 1) * observation
+    return out
+
+
+def derive_max_model_len(config: CurriculumConfig) -> int:
+    """The run's engine context length: ``vllm_max_model_len`` when set, else the longest
+    of `phase_lengths` (the engine caps it at the model's context, so TRL never drops a
+    tool turn that a phase's own budget allows; the evaluation's episodes end at that
+    context as with transformers)."""
+    if config.vllm_max_model_len is not None:
+        return config.vllm_max_model_len
+    return max(phase_lengths(config).values())
+
+
+def free_memory() -> None:
+    """Collect what a finished stage left behind (a trainer and its models hold reference
+    cycles, which only the cycle collector frees) and hand CUDA's cached blocks back, so
+    the next stage's model or the engine's wake-up finds the memory free."""
+    gc.collect()
+    if use_cuda():
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 @dataclass(frozen=True)
@@ -104,6 +186,15 @@ def plan_generation(
         return GenerationPlan("hf", "trl-server", dtype, f"{why}, vllm_mode = server")
     if world_size > 1:
         return GenerationPlan("hf", "trl-colocate", dtype, f"{why}, {world_size} processes")
+    if config.vllm_tensor_parallel_size > 1:
+        raise ConfigError(
+            f"vllm_tensor_parallel_size = {config.vllm_tensor_parallel_size} in a single-process "
+            "run: the run's shared vLLM engine takes the trainer's weights in place, which "
+            "needs vLLM's single-process executor (one GPU). Launch the run with "
+            "`accelerate launch` over the GPUs (TRL's colocated engines, each sharded over "
+            "vllm_tensor_parallel_size of them), or serve the policy with `trl vllm-serve` "
+            'and set vllm_mode = "server", or set vllm_tensor_parallel_size = 1'
+        )
     return GenerationPlan("vllm", "vllm", dtype, why)
 
 
@@ -119,23 +210,51 @@ class RunGeneration:
     @functools.cached_property
     def training_precision(self) -> TrainingPrecision:
         """The trainer's precision, judged by the capability the plan saw."""
-        return training_precision(
-            self.config.dtype, self.config.bf16_training, self.plan.dtype.capability
+        return policy_precision(self.config, self.plan.dtype.capability)
+
+    @functools.cached_property
+    def sleep_mode(self) -> bool:
+        """Whether the engine sleeps while stages train (``vllm_sleep_mode``; ``auto``: on a
+        GPU, since vLLM's CPU build has no sleep mode)."""
+        setting = self.config.vllm_sleep_mode
+        return use_cuda() if setting == "auto" else bool(setting)
+
+    @functools.cached_property
+    def engine_config(self) -> VLLMEngineConfig:
+        """The settings of the run's engine, from the ``vllm_*`` config keys."""
+        eager = self.config.vllm_enforce_eager
+        return VLLMEngineConfig(
+            dtype=self.plan.dtype.dtype,
+            max_model_len=derive_max_model_len(self.config),
+            seed=self.config.seed,
+            enforce_eager=None if eager == "auto" else bool(eager),
+            cpu_kv_cache_gib=self.config.vllm_kv_cache_gib,
+            gpu_memory_utilization=self.config.vllm_gpu_memory_utilization,
+            tensor_parallel_size=self.config.vllm_tensor_parallel_size,
+            sleep_mode=self.sleep_mode,
         )
 
     @property
     def vllm(self) -> VLLMEngine:
         """The run's one vLLM engine (built, without a model, on first access)."""
         if self._vllm is None:
-            self._vllm = VLLMEngine(
-                VLLMEngineConfig(
-                    dtype=self.plan.dtype.dtype,
-                    seed=self.config.seed,
-                    cpu_kv_cache_gib=self.config.vllm_kv_cache_gib,
-                    gpu_memory_utilization=self.config.vllm_gpu_memory_utilization,
-                )
-            )
+            self._vllm = VLLMEngine(self.engine_config)
         return self._vllm
+
+    @contextmanager
+    def stage_training(self) -> Iterator[None]:
+        """Wrap a stage's training: on entry what earlier phases left is collected and,
+        with sleep mode, the engine gives its memory to the trainer (a GRPO stage on the
+        shared engine wakes it for each generation and puts it back to sleep after); on
+        exit the stage's trainer and models are collected before the evaluation wakes the
+        engine or loads a model."""
+        free_memory()
+        if self.sleep_mode and self._vllm is not None:
+            self._vllm.sleep()
+        try:
+            yield
+        finally:
+            free_memory()
 
     def agent(
         self,
@@ -163,12 +282,27 @@ class RunGeneration:
             name=name,
         )
 
-    def grpo_args(self) -> dict[str, Any]:
-        """``GRPOConfig`` keyword arguments for the planned rollouts."""
+    @property
+    def precision_mismatch(self) -> bool:
+        """Whether rollouts and trainer compute in different precisions (bf16 on one side,
+        float32 on the other): the rollouts then come from a slightly other distribution."""
+        precision = self.training_precision
+        return self.plan.dtype.bf16 != (precision.bf16 or precision.weights != "float32")
+
+    def grpo_args(self, model_path: Path | str | None = None) -> dict[str, Any]:
+        """``GRPOConfig`` keyword arguments for the planned rollouts; `model_path` (the
+        stage's starting model) caps the context length of TRL's own engines at the
+        model's."""
         rollouts = self.plan.rollouts
         if rollouts == "hf":
             return {}
-        args: dict[str, Any] = {"use_vllm": True, "vllm_mode": "colocate"}
+        args: dict[str, Any] = {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            # token-level and truncated by default: a whole episode's product of per-token
+            # ratios leaves any bound at a few thousand tokens (docs/training.md)
+            "vllm_importance_sampling_mode": self.config.vllm_importance_sampling,
+        }
         if rollouts == "vllm":
             # The shared engine holds the trainer's weights (synced every step): where both
             # compute in float32 its sampling distribution is the trainer's (log-probabilities
@@ -178,12 +312,22 @@ class RunGeneration:
             args["vllm_importance_sampling_correction"] = (
                 self.plan.dtype.bf16 or precision.bf16 or precision.weights != "float32"
             )
+            # TRL's generation sleeps and wakes the shared engine around each generate call
+            args["vllm_enable_sleep_mode"] = self.sleep_mode
         if rollouts == "trl-server":
             args["vllm_mode"] = "server"
             if self.config.vllm_server_url:
                 args["vllm_server_base_url"] = self.config.vllm_server_url
         elif rollouts == "trl-colocate":
-            args["vllm_gpu_memory_utilization"] = self.config.vllm_gpu_memory_utilization
+            length = derive_max_model_len(self.config)
+            context = model_context(model_path) if model_path is not None else None
+            args |= {
+                "vllm_gpu_memory_utilization": self.config.vllm_gpu_memory_utilization,
+                "vllm_tensor_parallel_size": self.config.vllm_tensor_parallel_size,
+                "vllm_max_model_length": min(length, context) if context else length,
+                # TRL builds these engines itself: vLLM's CPU build refuses sleep mode
+                "vllm_enable_sleep_mode": self.sleep_mode and use_cuda(),
+            }
         return args
 
     @contextmanager
@@ -196,7 +340,11 @@ class RunGeneration:
             return
         import trl.trainer.grpo_trainer as grpo_module
 
-        engine = self.vllm.load(model_path)
+        engine = self.vllm
+        if not (self.sleep_mode and engine.built):
+            engine.load(model_path)  # (with sleep mode: built now, no evaluation before)
+        if self.sleep_mode:  # until the first generation syncs the trainer's weights in
+            engine.sleep()
         original = grpo_module.VLLMGeneration
         grpo_module.VLLMGeneration = _shared_generation_class(original, engine)
         try:
@@ -205,14 +353,44 @@ class RunGeneration:
             grpo_module.VLLMGeneration = original
 
     def attach(self, trainer: Any) -> None:
-        """Finish a built trainer's generation side: bf16 autocast for ``generate``."""
+        """Finish a built trainer's generation side: bf16 autocast for ``generate``, and,
+        where the trainer computes in float32, the measure of how far those rollouts are
+        from its distribution (`ROLLOUT_PRECISION_METRICS`; TRL corrects only vLLM's)."""
         if self.plan.rollouts == "hf" and self.plan.dtype.bf16:
             autocast_generation(trainer.model)
+            if self.precision_mismatch:
+                _measure_rollout_precision(trainer)
 
     def describe(self, phase: str) -> dict[str, Any]:
-        """What generated in `phase` (``evaluation`` or ``rollouts``), for a stage record."""
+        """What generated in `phase` (``evaluation`` or ``rollouts``), for a stage record;
+        the rollouts also say how they were corrected for another precision
+        (``importance_sampling``: TRL's mode, ``measured`` (the bf16-autocast ``generate``
+        path: no correction, `ROLLOUT_PRECISION_METRICS` logged) or ``none``)."""
         engine = self.plan.evaluation if phase == "evaluation" else self.plan.rollouts
-        return {"engine": engine, "dtype": self.plan.dtype.dtype}
+        out: dict[str, Any] = {"engine": engine, "dtype": self.plan.dtype.dtype}
+        if phase == "rollouts":
+            args = self.grpo_args()
+            if args.get("use_vllm") and args.get("vllm_importance_sampling_correction", True):
+                out["importance_sampling"] = self.config.vllm_importance_sampling
+            elif engine == "hf" and self.plan.dtype.bf16 and self.precision_mismatch:
+                out["importance_sampling"] = "measured"
+            else:
+                out["importance_sampling"] = "none"
+        return out
+
+    def rollout_note(self, log_history: Sequence[Mapping[str, Any]]) -> str | None:
+        """A stage note on how far the rollouts were from the trainer's distribution, from
+        the stage's log (None when nothing was measured)."""
+        steps = [e for e in log_history if ROLLOUT_PRECISION_METRICS[0] in e]
+        if not steps:
+            return None
+        mean = [sum(e[key] for e in steps) / len(steps) for key in ROLLOUT_PRECISION_METRICS]
+        return (
+            f"bf16-autocast rollouts vs the float32 trainer (no correction on this path; one "
+            f"group per step measured): mean |delta log p| {mean[0]:.3g} per token, "
+            f"{mean[1]:.1%} of tokens and {mean[2]:.1%} of completions with a ratio outside "
+            f"[1/3, 3]"
+        )
 
     def record(self, kind: str, training: bool = False) -> dict[str, Any]:
         """A stage record's ``generation``: the plan, the capability found, and the engine
@@ -231,6 +409,12 @@ class RunGeneration:
             out["bf16_training"] = self.training_precision.autocast.setting
         if self._vllm is not None and self._vllm.load_seconds is not None:
             out["vllm_start_seconds"] = round(self._vllm.load_seconds, 1)
+        if self._vllm is not None and self._vllm.built:
+            out["vllm"] = {
+                "max_model_len": self._vllm.max_model_len,
+                "sleep_mode": self._vllm.config.sleep_mode,
+                "tensor_parallel_size": self._vllm.config.tensor_parallel_size,
+            }
         return out
 
     def close(self) -> None:
@@ -251,8 +435,71 @@ def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
     class SharedEngineGeneration(base):  # type: ignore[misc, valid-type]
         def _init_vllm(self) -> None:
             self.llm = engine.llm
+            # TRL's generate re-pushes the weights before generating when they sleep
+            self._llm_weights_sleeping = "weights" in engine.sleeping
 
         def sync_weights(self) -> None:
+            if self.enable_sleep_mode:  # TRL's order: wake the weights, then write them
+                engine.wake_up(["weights"])
+                self._llm_weights_sleeping = False
             engine.load_weights(self._iter_named_params())
 
     return SharedEngineGeneration
+
+
+ROLLOUT_PRECISION_METRICS = (
+    "rollout_precision/logp_difference_mean",
+    "rollout_precision/token_ratio_outside",
+    "rollout_precision/sequence_ratio_outside",
+)
+"""Logged per step where ``generate`` samples in bf16 autocast for a float32 trainer, on the
+first group of the step's batch: the mean |log p_trainer - log p_bf16| per completion
+token, the share of tokens and of completions (product over their tokens) whose ratio
+p_trainer / p_bf16 leaves [1/3, 3] (what TRL's vLLM correction would clip or mask)."""
+RATIO_BOUND = 3.0
+
+
+def _measure_rollout_precision(trainer: Any) -> None:
+    """Add `ROLLOUT_PRECISION_METRICS` to a GRPO trainer's log. Two forward passes (float32
+    and bf16 autocast) over one group per step: a correction would need the second on
+    every completion, and TRL applies its correction on the vLLM paths only."""
+    import math
+
+    import torch
+
+    original = trainer._generate_and_score_completions
+    group = trainer.num_generations
+    device = "cuda" if use_cuda() else "cpu"
+
+    def generate_and_score(inputs: Any) -> Any:
+        batch = original(inputs)
+        prompt, completion = batch["prompt_ids"][:group], batch["completion_ids"][:group]
+        mask = batch["completion_mask"][:group]
+        if "tool_mask" in batch:
+            mask = mask * batch["tool_mask"][:group]
+        ids = torch.cat([prompt, completion], dim=1)
+        attention = torch.cat([batch["prompt_mask"][:group], batch["completion_mask"][:group]], 1)
+        width = completion.size(1)
+
+        def logps() -> Any:
+            out, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, attention, width, batch_size=group
+            )
+            return out.float()
+
+        with torch.no_grad():
+            full = logps()
+            with torch.autocast(device, dtype=torch.bfloat16):
+                half = logps()
+        delta = (full - half) * mask
+        tokens = mask.sum().clamp(min=1)
+        bound = math.log(RATIO_BOUND)
+        metrics = trainer._metrics["train"]
+        metrics[ROLLOUT_PRECISION_METRICS[0]].append(float(delta.abs().sum() / tokens))
+        outside = (delta.abs() > bound) & mask.bool()
+        metrics[ROLLOUT_PRECISION_METRICS[1]].append(float(outside.sum() / tokens))
+        sequences = delta.sum(-1).abs() > bound
+        metrics[ROLLOUT_PRECISION_METRICS[2]].append(float(sequences.float().mean()))
+        return batch
+
+    trainer._generate_and_score_completions = generate_and_score

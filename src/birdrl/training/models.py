@@ -7,13 +7,17 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from birdrl.agents.hardware import Bf16Capability, DtypeChoice, choose_generation_dtype
 from birdrl.agents.models import MissingDependencyError, ModelError, resolve_model
 from birdrl.cache import cache_root
+
+if TYPE_CHECKING:
+    from birdrl.training.config import CurriculumConfig
 
 __all__ = [
     "TRAIN_EXTRA",
@@ -21,6 +25,8 @@ __all__ = [
     "autocast_generation",
     "load_policy",
     "load_tokenizer",
+    "master_weights_source",
+    "policy_precision",
     "prepare_tokenizer",
     "require_training",
     "resolve_training_model",
@@ -46,19 +52,15 @@ def require_training() -> None:
         )
 
 
-def resolve_training_model(spec: str) -> Path | str:
-    """``embedded`` (the bundled SmolLM2), ``tiny-random`` (built offline into the cache),
-    a local directory, or a hub id (returned as is; loading it needs network access)."""
+def resolve_training_model(spec: str) -> Path:
+    """The local directory of the model to train: ``embedded`` (the bundled SmolLM2),
+    ``tiny-random`` (built offline into the cache), a local directory, or a hub id
+    ``ORG/NAME`` (its snapshot in huggingface_hub's cache; `resolve_model`)."""
     if spec.strip().lower() == TINY_RANDOM:
         from birdrl.training.tiny import build_tiny_model
 
         return build_tiny_model(cache_root() / "models" / TINY_RANDOM)
-    try:
-        return resolve_model(spec)
-    except ModelError:
-        if os.path.sep in spec and not spec.startswith(("./", "/", "~")) and spec.count("/") == 1:
-            return spec  # looks like a hub id ("Qwen/Qwen2.5-Coder-7B-Instruct")
-        raise
+    return resolve_model(spec)
 
 
 def use_cuda() -> bool:
@@ -85,36 +87,84 @@ class TrainingPrecision:
     stay the master copy)."""
 
     weights: str
-    """``float32``, ``bfloat16`` or ``float16`` (``dtype``)."""
+    """The dtype the policy is loaded in: ``float32``, ``bfloat16`` or ``float16``."""
     autocast: DtypeChoice
     """``bf16_training``'s choice and the capability it saw."""
+    master: str | None = None
+    """Why the weights load in float32 although ``dtype`` is bfloat16 (full fine-tuning
+    keeps float32 master weights; `master_weights_source`); None: they load in ``dtype``."""
 
     @property
     def bf16(self) -> bool:
-        """TRL's ``bf16`` argument: autocast chosen, or weights that are bf16 already."""
-        return self.autocast.bf16 or self.weights == "bfloat16"
+        """TRL's ``bf16`` argument: autocast chosen, weights that are bf16 already, or
+        float32 master weights of a bf16 run."""
+        return self.autocast.bf16 or self.weights == "bfloat16" or self.master is not None
 
     def describe(self) -> str:
         """For the report's generation table, e.g. ``float32 + bf16 autocast``."""
-        if self.autocast.bf16 and self.weights != "bfloat16":
+        if self.bf16 and self.weights != "bfloat16":
             return f"{self.weights} + bf16 autocast"
         return self.weights
 
     @property
     def reason(self) -> str:
         """One line for the report: the precision and why."""
-        return f"{self.describe()} ({self.autocast.why})"
+        return f"{self.describe()} ({self.master or self.autocast.why})"
+
+
+def master_weights_source(environ: Mapping[str, str] | None = None) -> str | None:
+    """What keeps float32 master weights of bf16 parameters in this launch, from the
+    variables ``accelerate launch`` sets; None: nothing but the weights themselves.
+
+    DeepSpeed's bf16 optimizer (ZeRO 1-3) keeps a float32 copy of its partition. accelerate's
+    FSDP (1 and 2) upcasts every trainable bf16 parameter to float32 whenever mixed
+    precision is on, which TRL's ``bf16`` (set for bf16 weights) always turns on, whatever
+    ``mixed_precision`` the launcher's config says. DDP (``accelerate launch`` with
+    multi-gpu.yaml, torchrun) and a single process train the parameters as loaded."""
+    env = os.environ if environ is None else environ
+    if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        return "DeepSpeed's bf16 optimizer keeps float32 master weights"
+    if env.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return "FSDP upcasts trainable bf16 parameters to float32 under mixed precision"
+    return None
 
 
 def training_precision(
-    dtype: str, bf16_training: bool | str, capability: Bf16Capability | None = None
+    dtype: str,
+    bf16_training: bool | str,
+    capability: Bf16Capability | None = None,
+    *,
+    full_finetune: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> TrainingPrecision:
     """The precision of training with weights in `dtype` and ``bf16_training`` =
     `bf16_training` (``auto``: autocast only where `capability`, default `detect_bf16()`,
-    says bf16 is native)."""
+    says bf16 is native).
+
+    Full fine-tuning (`full_finetune`) of bf16 weights loads them in float32 and trains
+    under bf16 autocast unless the launch keeps float32 masters itself
+    (`master_weights_source`, read from `environ`): an optimizer step on bf16 weights
+    rounds every update below about |w|/256 away, and lr 1e-6..1e-5 updates are that
+    small. LoRA needs nothing: peft keeps its adapters in float32 over a bf16 base."""
     weights = str(torch_dtype(dtype)).removeprefix("torch.")
     choice = choose_generation_dtype(bf16_training, capability, name="bf16_training")
+    if full_finetune and weights == "bfloat16" and master_weights_source(environ) is None:
+        why = (
+            "full fine-tuning in bf16 without DeepSpeed or FSDP: float32 master weights, "
+            "as bf16 weights would round lr-sized updates away"
+        )
+        return TrainingPrecision("float32", choice, master=why)
     return TrainingPrecision(weights, choice)
+
+
+def policy_precision(
+    config: CurriculumConfig, capability: Bf16Capability | None = None
+) -> TrainingPrecision:
+    """`training_precision` of `config`'s trainer in this launch (its ``dtype``,
+    ``bf16_training``, and full fine-tuning when LoRA is off)."""
+    return training_precision(
+        config.dtype, config.bf16_training, capability, full_finetune=not config.lora.enabled
+    )
 
 
 def prepare_tokenizer(tokenizer: Any, where: str) -> list[str]:

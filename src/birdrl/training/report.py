@@ -442,7 +442,9 @@ def _phase(generation: Mapping[str, Any], phase: str) -> str:
     info = generation.get(phase)
     if not isinstance(info, Mapping):
         return DASH
-    return " ".join(str(info[key]) for key in ("engine", "dtype") if key in info) or DASH
+    text = " ".join(str(info[key]) for key in ("engine", "dtype") if key in info) or DASH
+    correction = info.get("importance_sampling")  # rollouts: TRL's mode, or measured
+    return f"{text} (importance sampling: {correction})" if correction else text
 
 
 def _generation_section(records: Sequence[StageRecord]) -> list[str]:
@@ -464,7 +466,16 @@ def _generation_section(records: Sequence[StageRecord]) -> list[str]:
     starts = [(r.generation or {}).get("vllm_start_seconds") for r in known]
     started = next((s for s in starts if s is not None), None)
     if started is not None:
-        lines.append(f"The run's one vLLM engine started in {started} s and served every stage.")
+        engine = next((g["vllm"] for g in (r.generation or {} for r in known) if "vllm" in g), {})
+        settings = (
+            f" (context {engine['max_model_len']} tokens, sleep mode "
+            f"{'on' if engine['sleep_mode'] else 'off'})"
+            if engine
+            else ""
+        )
+        lines.append(
+            f"The run's one vLLM engine{settings} started in {started} s and served every stage."
+        )
     lines.append("")
     rows = [
         [

@@ -26,7 +26,7 @@ from birdrl.training.common import (
 from birdrl.training.config import ConfigError, SFTStageConfig
 from birdrl.training.diagnostics import diagnostics_callback, summarize, verdicts, weight_note
 from birdrl.training.environment import tool_schemas
-from birdrl.training.models import load_policy, load_tokenizer
+from birdrl.training.models import load_policy, load_tokenizer, policy_precision
 from birdrl.training.prefix_sharing import prefix_sharing_sft_trainer
 
 __all__ = ["run_sft_stage", "sft_rows"]
@@ -90,7 +90,7 @@ def run_sft_stage(job: StageJob[SFTStageConfig], *, with_tools: bool = False) ->
         prefix_sharing_sft_trainer(SFTTrainer) if job.config.prefix_sharing else SFTTrainer
     )
     trainer = trainer_class(
-        model=load_policy(job.model_path, job.config.dtype),
+        model=load_policy(job.model_path, policy_precision(job.config).weights),
         args=args,
         train_dataset=Dataset.from_list(data),
         processing_class=tokenizer,
