@@ -473,6 +473,8 @@ def _measure_rollout_precision(trainer: Any) -> None:
 
     def generate_and_score(inputs: Any) -> Any:
         batch = original(inputs)
+        if trainer.use_vllm:  # vLLM rollouts: TRL corrects them, nothing to measure here
+            return batch
         prompt, completion = batch["prompt_ids"][:group], batch["completion_ids"][:group]
         mask = batch["completion_mask"][:group]
         if "tool_mask" in batch:
