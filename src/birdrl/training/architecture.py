@@ -10,12 +10,12 @@ Nothing here downloads, and nothing imports torch.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from birdrl.agents.models import hub_cache_dir, is_hub_id
 from birdrl.errors import BirdrlError
 
 __all__ = [
@@ -188,9 +188,7 @@ def _cached_hub_config(repo_id: str) -> Path | None:
     except ImportError:
         return None
     try:
-        found = try_to_load_from_cache(
-            repo_id, "config.json", cache_dir=os.environ.get("HF_HUB_CACHE")
-        )
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir())
     except HFValidationError:
         return None
     return Path(found) if isinstance(found, str) else None
@@ -202,7 +200,7 @@ def model_shape(spec: str) -> ModelShape:
     else from `KNOWN_MODELS`. Planning never downloads."""
     text = spec.strip()
     local = Path(text).expanduser()
-    if text.count("/") == 1 and not local.exists() and not text.startswith((".", "/", "~")):
+    if is_hub_id(text) and not local.exists():
         cached = _cached_hub_config(text)
         if cached is not None:
             data = json.loads(cached.read_text(encoding="utf-8"))
