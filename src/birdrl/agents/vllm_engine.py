@@ -214,7 +214,11 @@ def model_context(model_dir: Path | str) -> int | None:
     """The context length of the model in `model_dir` (``max_position_embeddings`` of its
     ``config.json``; None when it names none): the most `VLLMEngineConfig.max_model_len`
     can be without vLLM refusing to start."""
-    context = _model_config(Path(model_dir)).get("max_position_embeddings")
+    return _context(_model_config(Path(model_dir)))
+
+
+def _context(model_config: dict[str, Any]) -> int | None:
+    context = model_config.get("max_position_embeddings")
     return int(context) if context else None
 
 
@@ -315,8 +319,8 @@ class VLLMEngine:
                 "logprobs_mode": "processed_logprobs",
             }
             if cfg.max_model_len is not None:
-                context = model_config.get("max_position_embeddings") or cfg.max_model_len
-                kwargs["max_model_len"] = min(cfg.max_model_len, int(context))
+                context = _context(model_config) or cfg.max_model_len
+                kwargs["max_model_len"] = min(cfg.max_model_len, context)
             if not _cpu():
                 kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
                 kwargs["tensor_parallel_size"] = cfg.tensor_parallel_size
