@@ -19,10 +19,18 @@ from typing import Any
 
 from birdrl.env.types import Message
 
-__all__ = ["TOOL_INSTRUCTIONS", "ChatFormat", "context_length_of", "fallback_tool_messages"]
+__all__ = [
+    "TOOL_INSTRUCTIONS",
+    "ChatFormat",
+    "align_eos",
+    "context_length_of",
+    "end_of_turn_token",
+    "fallback_tool_messages",
+]
 
 _PROBE_TOOL = "birdrl_probe_tool_7f3a"
 _PROBE_RESPONSE = "birdrl_probe_response_7f3a"
+_PROBE_TURN = "birdrl_probe_turn_7f3a"
 
 TOOL_INSTRUCTIONS = """# Tools
 
@@ -136,3 +144,43 @@ def context_length_of(config: Any) -> int | None:
     if value is None and hasattr(config, "get_text_config"):
         value = getattr(config.get_text_config(), "max_position_embeddings", None)
     return int(value) if value is not None else None
+
+
+def end_of_turn_token(tokenizer: Any) -> str:
+    """The special token the chat template closes an assistant turn with (``<|im_end|>``
+    for ChatML, ``<|eot_id|>`` for Llama 3, ``<end_of_turn>`` for Gemma): what generation
+    must stop at and what multi-turn training cuts a turn at. Raises `ModelError` when the
+    template closes an assistant turn with no special token."""
+    from birdrl.agents.models import ModelError
+
+    conversation = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": _PROBE_TURN},
+    ]
+    text = tokenizer.apply_chat_template(conversation, tokenize=False)
+    after = text[text.rindex(_PROBE_TURN) + len(_PROBE_TURN) :] if _PROBE_TURN in text else ""
+    ids = tokenizer.encode(after, add_special_tokens=False) if after else []
+    special = set(tokenizer.all_special_ids) | {
+        i for i, t in tokenizer.added_tokens_decoder.items() if getattr(t, "special", False)
+    }
+    if not ids or ids[0] not in special:
+        raise ModelError(
+            "the chat template closes an assistant turn with "
+            f"{after[:20]!r}, not a special token: generation could not stop at the end of a "
+            "turn; give the tokenizer a chat template that ends turns with one"
+        )
+    return str(tokenizer.convert_ids_to_tokens(ids[0]))
+
+
+def align_eos(tokenizer: Any, where: str) -> str | None:
+    """Make the tokenizer's eos token its chat template's end-of-turn token, in place, and
+    say so (None when it already was). Tokenizers converted from GGUF files declare the
+    wrong one (the embedded SmolLM2's says ``<|im_start|>``), and TRL's multi-turn loop and
+    the trainers' stop criteria read ``eos_token``: a wrong one put a phantom turn before
+    every tool result."""
+    token = end_of_turn_token(tokenizer)
+    if tokenizer.eos_token == token:
+        return None
+    old = tokenizer.eos_token
+    tokenizer.eos_token = token
+    return f"the eos token of {where} was {old!r}; set to its chat template's end of turn {token!r}"

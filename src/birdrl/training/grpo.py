@@ -53,6 +53,7 @@ from birdrl.training.diagnostics import (
 )
 from birdrl.training.distributed import dist_context, episodes_per_rank
 from birdrl.training.environment import EpisodeStats, ToolEnvSession
+from birdrl.training.episode_loop import episode_loop_trainer
 from birdrl.training.generation import RunGeneration, plan_generation
 from birdrl.training.groups import group_log_callback
 from birdrl.training.models import load_policy, load_tokenizer
@@ -65,6 +66,7 @@ __all__ = [
     "RolloutInputs",
     "Rollouts",
     "SingleTurnRollouts",
+    "grpo_trainer_class",
     "mix_text2sql",
     "run_grpo_stage",
 ]
@@ -112,6 +114,16 @@ def _grpo_args(
         disable_dropout=True,
         **extra,
     )
+
+
+def grpo_trainer_class(*, prefix_sharing: bool, multi_turn: bool) -> type:
+    """TRL's ``GRPOTrainer`` with birdrl's parts: each group's prompt computed once
+    (`prefix_sharing`) and, for episodes, the loop that ends an episode at its submission
+    and trains on the chat template's own tokens (`birdrl.training.episode_loop`)."""
+    from trl import GRPOTrainer
+
+    trainer: type = prefix_sharing_trainer(GRPOTrainer) if prefix_sharing else GRPOTrainer
+    return episode_loop_trainer(trainer) if multi_turn else trainer
 
 
 @dataclass(frozen=True)
@@ -274,7 +286,6 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
     """Train ``job.model_path`` with GRPO on ``job.rows``; `rollouts` produces and scores
     the completions (single answers, or episodes in the environment)."""
     from datasets import Dataset
-    from trl import GRPOTrainer
 
     started = time.monotonic()
     config, stage_config, out_dir, stage = job.config, job.stage_config, job.out_dir, job.stage
@@ -306,8 +317,8 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
     )
     with sessions as (pool, evaluator):
         with rollouts.attach(job, pool, evaluator, notes) as inputs:
-            trainer_class = (
-                prefix_sharing_trainer(GRPOTrainer) if config.prefix_sharing else GRPOTrainer
+            trainer_class = grpo_trainer_class(
+                prefix_sharing=config.prefix_sharing, multi_turn=rollouts.multi_turn
             )
             with generation.building_trainer(job.model_path):
                 trainer = trainer_class(

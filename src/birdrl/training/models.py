@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from birdrl.agents.chat import align_eos
 from birdrl.agents.hardware import Bf16Capability, DtypeChoice, choose_generation_dtype
 from birdrl.agents.models import MissingDependencyError, ModelError, resolve_model
 from birdrl.cache import cache_root
@@ -191,6 +192,9 @@ def prepare_tokenizer(tokenizer: Any, where: str) -> list[str]:
                 f"the chat template of {where} cannot render tool calls and the vocabulary "
                 "lacks ChatML tokens; give the tokenizer a tool-capable chat template"
             )
+    eos_note = align_eos(tokenizer, where)
+    if eos_note is not None:
+        notes.append(eos_note)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return notes
