@@ -1,6 +1,6 @@
-"""Agents by name, as the CLI spells them: ``gold``, ``issue``, ``explorer``, ``embedded``,
-``hf:PATH``, ``openai:MODEL``, ``vllm:embedded``, ``vllm:PATH`` (PATH: a local directory or
-a hub id ``ORG/NAME``), and how a model-backed agent loads its model (`ModelSettings`)."""
+"""Agents by name, as the CLI spells them: ``gold``, ``issue``, ``explorer``, ``probe``,
+``embedded``, ``hf:PATH``, ``openai:MODEL``, ``vllm:embedded``, ``vllm:PATH`` (PATH: a local
+directory or a hub id ``ORG/NAME``), and how a model-backed agent loads its model (`ModelSettings`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ __all__ = [
 ]
 
 AGENT_SPECS = (
-    "gold | issue | explorer | embedded | hf:PATH | openai:MODEL | vllm:embedded | vllm:PATH"
+    "gold | issue | explorer | probe | embedded | hf:PATH | openai:MODEL | vllm:embedded"
+    " | vllm:PATH"
 )
 
 AgentKind = Literal["scripted", "hf", "openai", "vllm"]

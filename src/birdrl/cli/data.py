@@ -30,7 +30,10 @@ def build_command(
     ],
     out: Annotated[Path, typer.Option(help="Output directory (data.jsonl + README.md card).")],
     tasks: Annotated[
-        str, typer.Option(help="Task source (file, hf:..., bundled:train|test).")
+        str,
+        typer.Option(
+            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B)."
+        ),
     ] = "bundled:train",
     db_root: DbRootOption = None,
     teacher: Annotated[
@@ -91,7 +94,10 @@ def export_verl_command(
     stage: Annotated[int, typer.Option(help="3: single-turn prompts; 4: agentic (tools).")],
     out: Annotated[Path, typer.Option(help="Parquet file to write (verl's RL data format).")],
     tasks: Annotated[
-        str, typer.Option(help="Task source (file, hf:..., bundled:train|test).")
+        str,
+        typer.Option(
+            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B)."
+        ),
     ] = "bundled:train",
     split: Annotated[str, typer.Option(help="Split name recorded in extra_info.")] = "train",
     db_root: DbRootOption = None,

@@ -58,7 +58,11 @@ __all__ = [
 TasksOption = Annotated[
     str,
     typer.Option(
-        "--tasks", help="Task file (.jsonl/.json/.parquet), hf:NAME[:SPLIT], or bundled:train|test."
+        "--tasks",
+        help=(
+            "Task file (.jsonl/.json/.parquet), hf:NAME[:SPLIT], bundled:SPLIT (train, "
+            "test, train-easy, test-easy, train-explore, test-explore), or A+B."
+        ),
     ),
 ]
 DbRootOption = Annotated[

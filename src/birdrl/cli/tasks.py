@@ -25,8 +25,7 @@ from birdrl.data.mutations import FAMILIES
 from birdrl.data.synthesize import load_sql_examples, synthesize_tasks
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
-from birdrl.tasks.benchmark import open_benchmark, task_file
-from birdrl.tasks.load import load_tasks
+from birdrl.tasks.benchmark import load_source_tasks, open_benchmark
 from birdrl.tasks.overlap import OverlapSummary
 
 __all__ = ["tasks_app"]
@@ -38,7 +37,9 @@ tasks_app = typer.Typer(
 
 @tasks_app.command("validate")
 def validate_command(
-    source: str = typer.Argument(help="Task file, hf:NAME[:SPLIT], or bundled:train|test."),
+    source: str = typer.Argument(
+        help="Task file, hf:NAME[:SPLIT], bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B."
+    ),
     db_root: DbRootOption = None,
     workers: WorkersOption = None,
     skip_invalid: SkipOption = False,
@@ -85,8 +86,8 @@ def overlap_command(
     collapsing whitespace. Needs no databases."""
     console = results_console()
     with clean_errors():
-        tasks = list(load_tasks(task_file(source)))
-        others = list(load_tasks(task_file(other)))
+        tasks = list(load_source_tasks(source))
+        others = list(load_source_tasks(other))
         summary = OverlapSummary.of(tasks, others)
         if as_json:
             typer.echo(json.dumps({"source": source, "other": other, **summary.to_dict()}))

@@ -1,6 +1,9 @@
 """Opening a task set with its databases: a task file plus a database root, or the bundled
-benchmark (``bundled:train`` / ``bundled:test`` / ``bundled:test-easy``, and its text-to-SQL set
-``bundled:text2sql-train`` / ``bundled:text2sql-test``), which needs no download."""
+benchmark (``bundled:train`` / ``bundled:test``, the synthesized ``bundled:test-easy`` /
+``bundled:train-easy`` and ``bundled:test-explore`` / ``bundled:train-explore``, and its
+text-to-SQL set ``bundled:text2sql-train`` / ``bundled:text2sql-test``), which needs no
+download. Sources joined with ``+`` (``bundled:train-easy+bundled:train-explore``) open as
+one set: the tasks of each in turn, their databases together."""
 
 from __future__ import annotations
 
@@ -17,15 +20,21 @@ __all__ = [
     "BUNDLED_TEXT2SQL_SPLITS",
     "Benchmark",
     "BenchmarkSpecError",
+    "JOIN",
     "bundled_task_file",
+    "load_source_tasks",
     "open_benchmark",
+    "split_source",
     "task_file",
 ]
 
-BUNDLED_SPLITS = ("train", "test", "test-easy", "train-easy")
+BUNDLED_SPLITS = ("train", "test", "test-easy", "train-easy", "test-explore", "train-explore")
 """The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` and
 ``train-easy`` are single-edit bugs synthesized from the test and the train side
-(`birdrl.data.easy_split`)."""
+(`birdrl.data.easy_split`); ``test-explore`` and ``train-explore`` bugs whose fix needs a
+value that only a look at the data shows (`birdrl.data.explore_split`)."""
+JOIN = "+"
+"""Joins task sources into one set: ``bundled:train-easy+bundled:train-explore``."""
 BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")
 """The bundled text-to-SQL splits (``tasks/text2sql/{train,test}.jsonl``)."""
 
@@ -72,11 +81,58 @@ def bundled_task_file(split: str) -> Path:
     return path
 
 
+def split_source(source: str | Path) -> list[str | Path]:
+    """The sources a task source joins with ``+``, in order; one source (itself) when it has
+    no ``+`` or is an existing file whose name holds one. Raises `BenchmarkSpecError` for an
+    empty part (``a+``, ``a++b``) or a source named twice."""
+    text = str(source)
+    if JOIN not in text or Path(text).expanduser().is_file():
+        return [source]
+    parts = [part.strip() for part in text.split(JOIN)]
+    if not all(parts):
+        raise BenchmarkSpecError(f"task source {text!r} has an empty part between '{JOIN}'s")
+    repeated = sorted({part for part in parts if parts.count(part) > 1})
+    if repeated:
+        raise BenchmarkSpecError(f"task source {text!r} names {', '.join(repeated)} twice")
+    return list(parts)
+
+
 def task_file(source: str | Path) -> str | Path:
     """What `load_tasks` reads for a task source: ``bundled:SPLIT`` is the shipped file of
-    that split; a file path or ``hf:NAME[:SPLIT]`` is itself."""
+    that split; a file path or ``hf:NAME[:SPLIT]`` is itself. A source joined with ``+`` is
+    several files: `load_source_tasks` reads it (raises `BenchmarkSpecError` here)."""
+    if len(split_source(source)) > 1:
+        raise BenchmarkSpecError(
+            f"task source {str(source)!r} joins several sets; read it with "
+            "load_source_tasks or open_benchmark, not as one file"
+        )
     text = str(source)
     return bundled_task_file(text.split(":", 1)[1]) if text.startswith("bundled:") else source
+
+
+def load_source_tasks(source: str | Path, *, skip_invalid: bool = False) -> LoadedTasks:
+    """`load_tasks` for any task source, ``+``-joined ones included (their tasks in turn);
+    raises `BenchmarkSpecError` when two of the joined sets hold the same instance_id."""
+    parts = split_source(source)
+    if len(parts) == 1:
+        return load_tasks(task_file(source), skip_invalid=skip_invalid)
+    return _join_tasks([(str(p), load_source_tasks(p, skip_invalid=skip_invalid)) for p in parts])
+
+
+def _join_tasks(sets: list[tuple[str, LoadedTasks]]) -> LoadedTasks:
+    out = LoadedTasks()
+    for name, loaded in sets:
+        for task in loaded.tasks:
+            if task.instance_id in out.origins:
+                raise BenchmarkSpecError(
+                    f"instance_id {task.instance_id!r} is in {name} "
+                    f"({loaded.where(task.instance_id)}) and already in "
+                    f"{out.where(task.instance_id)}: joined task sets must not share ids"
+                )
+            out.tasks.append(task)
+            out.origins[task.instance_id] = loaded.origins.get(task.instance_id, (name, None))
+        out.skipped += loaded.skipped
+    return out
 
 
 def open_benchmark(
@@ -86,12 +142,25 @@ def open_benchmark(
     skip_invalid: bool = False,
     server_databases: bool = False,
 ) -> Benchmark:
-    """Load tasks from `source` (a file, ``hf:NAME[:SPLIT]`` or ``bundled:SPLIT``) and find
+    """Load tasks from `source` (a file, ``hf:NAME[:SPLIT]``, ``bundled:SPLIT``, or several
+    of them joined with ``+``: the tasks of each in turn; `BenchmarkSpecError` when two
+    hold the same instance_id or name one db_id with different files) and find
     their databases under `db_root` (for ``bundled:``, the bundled databases are built into
     their cache on first use when `db_root` is not given). With `server_databases` and no
     `db_root`, a task file's databases live on a database server (e.g. official PostgreSQL
     task files): `databases` stays empty and the caller resolves them there."""
     text = str(source)
+    parts = split_source(source)
+    if len(parts) > 1:
+        opened = [
+            open_benchmark(p, db_root, skip_invalid=skip_invalid, server_databases=server_databases)
+            for p in parts
+        ]
+        return Benchmark(
+            text,
+            _join_tasks([(b.name, b.tasks) for b in opened]),
+            _join_databases(opened),
+        )
     path = task_file(source)
     if text.startswith("bundled:"):
         if db_root is None:
@@ -111,3 +180,19 @@ def open_benchmark(
     loaded = load_tasks(path, skip_invalid=skip_invalid)
     databases = resolve_databases(loaded, db_root, skip_invalid=skip_invalid)
     return Benchmark(text, loaded, databases)
+
+
+def _join_databases(opened: list[Benchmark]) -> dict[str, Path]:
+    """The databases of joined sets; one db_id must name one file in all of them."""
+    out: dict[str, Path] = {}
+    owner: dict[str, str] = {}
+    for bench in opened:
+        for db_id, path in bench.databases.items():
+            if db_id in out and Path(out[db_id]).resolve() != Path(path).resolve():
+                raise BenchmarkSpecError(
+                    f"db_id {db_id!r} is {out[db_id]} for {owner[db_id]} but {path} for "
+                    f"{bench.name}: joined task sets must agree on their databases"
+                )
+            out.setdefault(db_id, path)
+            owner.setdefault(db_id, bench.name)
+    return out
