@@ -112,3 +112,49 @@ def test_policy_summary_keeps_rates_as_fractions() -> None:
     assert summary["success_rate"] == 1.0
     assert all(rate == 1.0 for rate in summary["per_category"].values())
     assert summary["submission_rate"] == 1.0 and summary["n"] == 4
+
+
+def test_each_stage_trains_on_its_own_tasks_and_every_split_is_checked(tmp_path: Path) -> None:
+    """Stage 4 on its own task source, an extra held-out split: the run opens both, the
+    overlap check covers every stage's training tasks and every held-out split."""
+    config = apply_overrides(
+        load_preset("tiny"),
+        [
+            "stage4.tasks='bundled:train'",
+            "evaluation.splits=[{label='again', tasks='bundled:test', limit=6}]",
+        ],
+    )
+    run = _Run(config, tmp_path / "run", None)
+    assert (
+        run.training(4).source == "bundled:train" and run.training(3).source == "bundled:train-easy"
+    )
+    assert {t.instance_id for t in run.training(4).tasks} != {
+        t.instance_id for t in run.training(3).tasks
+    }
+    assert list(run.splits) == ["easy", "again"]
+    assert [len(tasks) for tasks, _ in run.splits.values()] == [32, 6]
+    assert run.overlap.describe() == "none of 50 tasks share text"
+    # stage 4 training on the held-out split's tasks is caught, though the run's tasks are not
+    leaky = apply_overrides(config, ["stage4.tasks='bundled:test'", "refuse_overlap=true"])
+    with pytest.raises(ConfigError, match="refused"):
+        _Run(leaky, tmp_path / "leaky", None)
+
+
+def test_the_evaluation_records_who_looked_before_submitting() -> None:
+    """``explored_first``: an episode that ran execute_sql before its submission (the
+    explorer agent looks first, the gold agent submits at once), per task and as a rate."""
+    from birdrl.agents.evaluate import evaluate_agent
+    from birdrl.agents.registry import make_agent
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.training.curriculum import policy_summary, tools_called
+
+    bench = open_benchmark("bundled:test")
+    tasks = bench.debugging_tasks()[:3]
+    gold = policy_summary(evaluate_agent(tasks, bench.databases, make_agent("gold")))
+    assert gold["explored_first"] == 0 and gold["explored_first_rate"] == 0.0
+    assert not any(e["explored_first"] for e in gold["per_task"].values())
+    result = evaluate_agent(tasks, bench.databases, make_agent("explorer"))
+    looked = policy_summary(result)
+    calls = [tools_called(t) for t in result.trajectories]
+    assert all(c[0] == "execute_sql" and "submit_solution" in c for c in calls), calls
+    assert looked["explored_first"] == 3 and looked["explored_first_rate"] == 1.0

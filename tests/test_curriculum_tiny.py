@@ -60,6 +60,6 @@ def test_tiny_preset_runs_all_four_stages(tmp_path: Path) -> None:
     )
     report = result.report.read_text()
     assert "Success rate" in report and (tmp_path / "tiny" / "plots" / "success_rate.png").is_file()
-    assert "## Success rate on the easy held-out split" in report
+    assert "## Success rate on the held-out split easy" in report
     assert "| scoring semantics | held-out official, rewards strict" in report
     assert minutes <= 20, f"the tiny preset took {minutes:.1f} min (budget 20)"

@@ -78,16 +78,27 @@ def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
 
     sr = _rows(text, "Success rate")
     header = text.split("## Success rate\n", 1)[1].split("\n")[1]
-    assert "| SR | Δ SR | Management | Query |" in header
-    assert sr["0"][4:8] == ["10.0%", "—", "0.0%", "20.0%"]
-    assert sr["1"][4:8] == ["15.0%", "+5.0 pts", "5.0% (+5.0 pts)", "25.0% (+5.0 pts)"]
+    assert "| SR | SR 95% interval | Δ SR [95% interval] | Management | Query |" in header
+    # Wilson: 2 of 20 -> [2.8, 30.1], 3 of 20 -> [5.2, 36.0]; Newcombe (independent:
+    # these records keep no per-task outcomes) for the changes
+    assert sr["0"][4:9] == ["10.0%", "[2.8, 30.1]", "—", "0.0%", "20.0%"]
+    assert sr["1"][4:9] == [
+        "15.0%", "[5.2, 36.0]", "+5.0 pts [-17.3, +27.2]", "5.0% (+5.0 pts)", "25.0% (+5.0 pts)"
+    ]  # fmt: skip
     assert sr["2"][2:] == ["—"] * (len(sr["2"]) - 2)  # not evaluated: nothing invented
     # stage 3 is compared with stage 1 (the previous evaluated stage), not with stage 2
-    assert sr["3"][4:8] == ["15.0%", "no change", "0.0% (-5.0 pts)", "30.0% (+5.0 pts)"]
-    assert sr["4"][4:8] == ["12.1%", "-2.9 pts", "—", "30.0% (no change)"]
-    assert sr["0"][8:10] == ["2.50", "—"]  # avg turns measured; tool-call validity was not
+    assert sr["3"][4:9] == [
+        "15.0%", "[5.2, 36.0]", "no change [-23.2, +23.2]", "0.0% (-5.0 pts)", "30.0% (+5.0 pts)"
+    ]  # fmt: skip
+    assert sr["4"][4:7] == ["12.1%", "[2.8, 30.1]", "-2.9 pts [-27.2, +17.3]"]
+    assert sr["0"][9:11] == ["2.50", "—"]  # avg turns measured; tool-call validity was not
     assert (
-        "From stage 0 (base model) to stage 4 (multi-turn GRPO): 10.0% → 12.1% (+2.1 pts)." in text
+        "From stage 0 (base model) to stage 4 (multi-turn GRPO): 10.0% → 12.1% (+2.1 pts, "
+        "95% interval [-21.4, +21.4]). That is not distinguishable from no change" in text
+    )
+    assert (
+        "- stage 1 → stage 3 (single-turn GRPO): no change [-23.2, +23.2]: not "
+        "distinguishable from no change (the interval includes 0)." in text
     )
 
     training = _rows(text, "Training")
@@ -136,10 +147,13 @@ def test_missing_metrics_are_dashes_and_unlike_evaluations_are_flagged(tmp_path:
     ]
     text = write_report(tmp_path, records, title="t", config_summary={}).read_text()
     sr = _rows(text, "Success rate")
-    assert sr["0"][4:6] == ["—", "—"]
-    assert sr["1"][4:6] == ["20.0%", "—"]  # the previous stage has no success rate to compare
-    assert sr["3"][4:6] == ["20.0%", "no change †"]
-    assert sr["3"][6:] == ["—"] * 7  # ... submitted, episode ends: not measured
+    assert sr["0"][4:7] == ["—", "—", "—"]
+    # the previous stage has no success rate to compare
+    assert sr["1"][4:7] == ["20.0%", "[8.1, 41.6]", "—"]
+    assert sr["3"][4:7] == ["20.0%", "[8.1, 41.6]", "no change [-24.7, +24.7] †"]
+    # ... submitted, episode ends, explored first: not measured; stage 3 says it cannot look
+    assert sr["3"][7:-1] == ["—"] * 7
+    assert sr["3"][-1] == "— (stage 3 trains single-turn, without tools: it cannot learn to look)"
     assert "† evaluated differently" in text
     training = _rows(text, "Training")
     assert training["1"][4:] == ["1", "loss: —"]
@@ -177,7 +191,7 @@ def test_without_matplotlib_the_markdown_is_still_written(
     assert "Plots were skipped: matplotlib is not installed" in text
     assert "](plots/" not in text
     assert not list(tmp_path.glob("plots/*.png"))
-    assert _rows(text, "Success rate")["1"][5] == "+5.0 pts"
+    assert _rows(text, "Success rate")["1"][6] == "+5.0 pts [-17.3, +27.2]"
 
 
 def _per_task(outcomes: dict[str, tuple[float, bool, str]]) -> dict[str, Any]:
@@ -238,10 +252,12 @@ def test_held_out_tasks_submissions_and_outcome_matrix(tmp_path: Path) -> None:
     ).read_text()
     sr = _rows(text, "Success rate")
     header = text.split("## Success rate\n", 1)[1].split("\n")[1]
-    assert header.endswith("| mean reward | submitted | episode ends |")
-    assert sr["0"][-2:] == ["0.0% (0/3)", "max_turns 3"]
-    assert sr["1"][-2:] == ["—", "—"]  # not measured in old records: dashes, no error
-    assert sr["2"][-3:] == ["0.444", "66.7% (2/3)", "submitted 2, max_turns 1"]
+    assert header.endswith(
+        "| mean reward | submitted | episode ends | explored first [95% interval] |"
+    )
+    assert sr["0"][-3:-1] == ["0.0% (0/3)", "max_turns 3"]
+    assert sr["1"][-3:] == ["—", "—", "—"]  # not measured in old records: dashes, no error
+    assert sr["2"][-4:-1] == ["0.444", "66.7% (2/3)", "submitted 2, max_turns 1"]
 
     section = text.split("## Held-out tasks\n", 1)[1].split("\n## ", 1)[0]
     assert "3 task(s) from 3 database(s) (chinook, clinic, hr) and 3 categories" in section
@@ -285,18 +301,86 @@ def test_budget_checks_section(tmp_path: Path) -> None:
     assert "Nothing to check against" in text
 
 
-def test_easy_split_has_its_own_labelled_table(tmp_path: Path) -> None:
+def test_every_held_out_split_has_its_own_labelled_table(tmp_path: Path) -> None:
     records = _records()
     plain = write_report(tmp_path / "plain", records, title="t", config_summary=SUMMARY)
-    assert "easy held-out split" not in plain.read_text(encoding="utf-8")
-    records[0].easy_evaluation = _eval(0.25, 0.5, 0.0, mean_reward=0.3)
-    records[-1].easy_evaluation = _eval(0.5, 0.75, 0.25, mean_reward=0.55)
-    text = write_report(tmp_path / "easy", records, title="t", config_summary=SUMMARY).read_text(
-        encoding="utf-8"
-    )
-    main, easy = text.split("## Success rate on the easy held-out split")
+    assert "held-out split" not in plain.read_text(encoding="utf-8")
+    records[0].split_evaluations = {
+        "easy": _eval(0.25, 0.5, 0.0, mean_reward=0.3),
+        "explore": _eval(0.05, 0.1, 0.0, mean_reward=0.1),
+    }
+    records[-1].split_evaluations = {
+        "easy": _eval(0.5, 0.75, 0.25, mean_reward=0.55),
+        "explore": _eval(0.6, 0.7, 0.5, mean_reward=0.65),
+    }
+    sources = {"easy": "bundled:test-easy", "explore": "bundled:test-explore"}
+    text = write_report(
+        tmp_path / "splits", records, title="t", config_summary=SUMMARY, split_sources=sources
+    ).read_text(encoding="utf-8")
+    main, rest = text.split("## Success rate on the held-out split easy")
+    easy, explore = rest.split("## Success rate on the held-out split explore")
     assert "single-edit bugs synthesized from the held-out test split" in easy
-    # the easy figures are in the easy table only, the benchmark's in the main one only
-    assert "0.550" in easy.split("## Held-out tasks")[0] and "0.550" not in main
-    assert "25.0% → 50.0% (+25.0 pts)" in easy
+    assert "Tasks: `bundled:test-easy`." in easy and "Tasks: `bundled:test-explore`." in explore
+    # each split's figures are in its own table only
+    assert "0.550" in easy and "0.550" not in main and "0.550" not in explore
+    assert "0.650" in explore.split("## Held-out tasks")[0] and "0.650" not in main + easy
+    assert "25.0% → 50.0% (+25.0 pts, 95% interval [-4.7, +49.4])" in easy
+    # 1 of 20 -> 12 of 20: the interval excludes 0, and the report says so
+    assert "5.0% → 60.0% (+55.0 pts, 95% interval [+26.7, +73.6]). That is an increase." in explore
     assert StageRecord.from_dict(json.loads(json.dumps(records[-1].to_dict()))) == records[-1]
+
+
+def test_records_from_before_splits_keep_their_easy_evaluation() -> None:
+    data = _records()[1].to_dict()
+    del data["split_evaluations"]
+    data["easy_evaluation"] = _eval(0.25, 0.5, 0.0)
+    record = StageRecord.from_dict(data)
+    assert record.split_evaluations == {"easy": _eval(0.25, 0.5, 0.0)}
+    assert record.easy_evaluation == _eval(0.25, 0.5, 0.0)
+    assert "easy_evaluation" not in record.to_dict()
+
+
+def _outcomes(solved: set[int], explored: set[int], n: int = 32) -> dict[str, Any]:
+    per_task = {
+        f"t{i:02d}": {"db_id": "hr", "category": "Query", "reward": float(i in solved),
+                      "success": i in solved, "stop_reason": "submitted", "tool_calls": 2,
+                      "invalid_tool_calls": 0, "explored_first": i in explored}
+        for i in range(n)
+    }  # fmt: skip
+    return {
+        "mode": "agent",
+        "n": n,
+        "success_rate": len(solved) / n,
+        "explored_first": len(explored),
+        "explored_first_rate": len(explored) / n,
+        "per_task": per_task,
+    }
+
+
+def test_paired_changes_and_the_exploring_share(tmp_path: Path) -> None:
+    """The same tasks at every stage: changes get Newcombe's paired interval (narrower than
+    the independent one when the same tasks stay solved), and every stage its exploring
+    share; stage 3's row says it cannot learn to look."""
+    from birdrl.training.intervals import newcombe_paired
+
+    evs = {
+        2: _outcomes({0, 1, 2}, set()),
+        3: _outcomes({0, 1, 2}, {5}),
+        4: _outcomes(set(range(10)), set(range(16))),
+    }
+    records = [StageRecord(n, f"s{n}", "sft", f"/m/{n}", 1.0, [], ev, []) for n, ev in evs.items()]
+    text = write_report(tmp_path, records, title="t", config_summary={}).read_text()
+    sr = _rows(text, "Success rate")
+    paired = newcombe_paired([i < 3 for i in range(32)], [i < 10 for i in range(32)])
+    assert paired.low > 0  # 7 tasks gained, none lost
+    low, high = f"{100 * paired.low:+.1f}", f"{100 * paired.high:+.1f}"
+    assert sr["4"][6] == f"+21.9 pts [{low}, {high}]"
+    assert sr["3"][6] == "no change [-10.5, +10.5]"  # no task changed: not [0, 0]
+    assert sr["4"][-1] == "50.0% (16/32) [33.6, 66.4]"
+    assert sr["2"][-1] == "0.0% (0/32) [0.0, 10.7]"
+    assert sr["3"][-1].startswith("3.1% (1/32) [0.6, 15.7] (stage 3 trains single-turn")
+    assert f"- stage 3 → stage 4 (s4): +21.9 pts [{low}, {high}]: an increase." in text
+    assert (
+        "- stage 2 → stage 3 (s3): no change [-10.5, +10.5]: not distinguishable from no "
+        "change (the interval includes 0)." in text
+    )

@@ -216,3 +216,69 @@ def test_serving_the_site_on_localhost(site: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("viewer-splits"), easy_split=True)
+
+
+def test_every_evaluated_split_gets_its_columns_with_intervals(split_run: Path) -> None:
+    """A run's further held-out split (here ``easy``, evaluated at stages 0 and 3) gets a
+    column per stage after the main split's, its episodes, and intervals: Wilson for SR
+    and the exploring share, Newcombe's paired one for the change from the split's own
+    previous stage (never from another split's)."""
+    from birdrl.training.intervals import newcombe_paired, wilson
+
+    site = build_view([split_run]).parent
+    index = read_data(site, "index")
+    (source,) = index["sources"]
+    assert source["splits"] == {"held-out": "bundled:test", "easy": "bundled:test-easy"}
+    columns = source["columns"]
+    assert [c["key"] for c in columns] == [
+        *(f"stage{i}" for i in range(5)), "stage0-easy", "stage3-easy"
+    ]  # fmt: skip
+    assert [c["split"] for c in columns] == ["held-out"] * 5 + ["easy"] * 2
+    base, tuned = columns[5], columns[6]
+    assert tuned["title"] == "stage 3: single-turn GRPO · easy" and not tuned["curves"]
+    assert base["episodes"] == tuned["episodes"] == 6
+    # the explorer looks before it submits; the issue SQL is submitted at once
+    assert tuned["stats"]["explored"] == wilson(6, 6).to_dict()
+    assert base["stats"]["explored"] == wilson(0, 6).to_dict()
+    assert tuned["evaluation"]["explored_first"] == 6
+    solved = [e["success"] for e in tuned["evaluation"]["per_task"].values()]
+    assert tuned["stats"]["sr"] == wilson(sum(solved), 6).to_dict()
+    before = [e["success"] for e in base["evaluation"]["per_task"].values()]
+    assert tuned["stats"]["change_from"] == "stage0-easy"
+    assert tuned["stats"]["change"] == newcombe_paired(before, solved).to_dict()
+    assert "change" not in base["stats"]  # the split's first evaluation: nothing before it
+    assert columns[3]["stats"]["change_from"] == "stage2"  # the main split's own stages
+    # every easy episode reaches its page; the task table has a row per task of both splits
+    easy_ids = [json.loads(x)["instance_id"] for x in
+                (split_run / "stage3" / "eval_trajectories_easy.jsonl").read_text().splitlines()]  # fmt: skip
+    assert len(index["tasks"]["id"]) == 9 + 6
+    assert episode(site, 6, easy_ids[0])["instance_id"] == easy_ids[0]
+
+
+def test_records_from_before_splits_show_their_easy_split(split_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(split_run, old)
+    record_path = old / "stage3" / "record.json"
+    record = json.loads(record_path.read_text())
+    record["easy_evaluation"] = record.pop("split_evaluations")["easy"]
+    for key in ("explored_first", "explored_first_rate"):  # not measured back then
+        del record["easy_evaluation"][key]
+    record_path.write_text(json.dumps(record))
+    source = load_source(old)
+    easy = [c for c in source.columns if c.split == "easy"]
+    assert [c.key for c in easy] == ["stage0-easy", "stage3-easy"]
+    assert "explored" not in easy[1].stats and "sr" in easy[1].stats
+
+
+def test_a_trajectories_file_gets_its_exploring_share(split_run: Path) -> None:
+    source = load_source(split_run / "stage3" / "eval_trajectories_easy.jsonl")
+    (column,) = source.columns
+    assert column.evaluation is not None and column.evaluation["explored_first"] == 6
+    assert column.stats["explored"]["estimate"] == 1.0 and column.split is None

@@ -215,6 +215,40 @@ def test_compare_two_stages(tab: Tab) -> None:
     tab.shot("compare-episode")
 
 
+def test_run_page_shows_every_split_with_intervals(browser: Any, tmp_path_factory: Any) -> None:
+    """A run with a further held-out split: a table per split, SR and its change with 95%
+    intervals, the exploring share, and stage 3's row saying it cannot learn to look."""
+    site = build_view([make_run(tmp_path_factory.mktemp("splits"), easy_split=True)]).parent
+    tab = Tab(browser, site)
+    page = tab.open("/run")
+    tab.healthy()
+    headings = page.locator("h3.split").all_inner_texts()
+    assert headings == ["Held-out tasks bundled:test", "Held-out split: easy bundled:test-easy"]
+    tables = page.locator("table.stages")
+    assert tables.count() == 2
+    main, easy = tables.nth(0), tables.nth(1)
+    assert main.locator("tbody tr").count() == 5 and easy.locator("tbody tr").count() == 2
+    head = easy.locator("thead").inner_text()
+    assert "SR [95% interval]" in head and "explored first [95% interval]" in head
+    base, tuned = easy.locator("tbody tr").nth(0), easy.locator("tbody tr").nth(1)
+    assert "single-turn GRPO · easy" in tuned.inner_text()
+    assert tuned.locator("td.sr .interval").count() == 1
+    assert tuned.locator("td.explored").inner_text().startswith("100.0% (6/6) [61.0, 100.0]")
+    assert "cannot learn to look" in tuned.locator("td.explored").inner_text()
+    assert base.locator("td.explored").inner_text().startswith("0.0% (0/6) [0.0, 39.0]")
+    assert base.locator("td.change").inner_text() == "—"  # the split's first evaluation
+    assert tuned.locator("td.change .interval").count() == 1
+    charts = page.locator(".chart h4").all_inner_texts()
+    assert "held-out evaluation per stage" in charts and "held-out split easy per stage" in charts
+    tab.shot("run-splits")
+    page = tab.click("table.stages >> nth=1 >> a:has-text('single-turn GRPO · easy')")
+    tab.healthy()
+    assert page.locator("table.tasks tbody tr").count() == 15  # both splits' tasks
+    page.select_option("select[aria-label=outcome]", "not run")
+    assert page.locator("table.tasks tbody tr").count() == 9  # the main split's tasks
+    tab.page.close()
+
+
 def test_charts_answer_the_pointer(tab: Tab) -> None:
     page = tab.open("/run")
     chart = page.locator(".chart:has(h4:text-is('reward'))")

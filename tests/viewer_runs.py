@@ -6,7 +6,6 @@ shape TRL logs them, a stage that has not finished and one that was not evaluate
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from birdrl.tasks.benchmark import open_benchmark
 from birdrl.tasks.subset import stratified_subset
 
 TASKS = 9
+EASY_TASKS = 6
 
 
 class TurnScript:
@@ -54,24 +54,11 @@ class Failing:
 
 
 def evaluation(trajectories: list[Trajectory]) -> dict[str, Any]:
-    n = len(trajectories)
-    cats: dict[str, list[bool]] = {}
-    for t in trajectories:
-        cats.setdefault(t.category, []).append(t.success)
-    calls = sum(t.tool_calls for t in trajectories)
-    invalid = sum(t.invalid_tool_calls for t in trajectories)
-    submitted = sum(t.stop_reason == "submitted" for t in trajectories)
-    return {
-        "mode": "agent",
-        "n": n,
-        "success_rate": sum(t.success for t in trajectories) / n,
-        "per_category": {k: sum(v) / len(v) for k, v in cats.items()},
-        "mean_reward": sum(t.reward for t in trajectories) / n,
-        "tool_call_validity": (calls - invalid) / calls if calls else None,
-        "stop_reasons": dict(Counter(t.stop_reason for t in trajectories)),
-        "submitted": submitted,
-        "submission_rate": submitted / n,
-    }
+    """The evaluation a stage record keeps, by the curriculum's own writer."""
+    from birdrl.agents.evaluate import AgentEvalResult, summarize_trajectories
+    from birdrl.training.curriculum import policy_summary
+
+    return policy_summary(AgentEvalResult(trajectories, summarize_trajectories(trajectories)))
 
 
 def write_stage(
@@ -81,6 +68,7 @@ def write_stage(
     kind: str,
     trajectories: list[Trajectory] | None,
     log: list[dict[str, Any]],
+    splits: dict[str, list[Trajectory]] | None = None,
 ) -> Path:
     d = run / f"stage{stage}"
     d.mkdir(parents=True, exist_ok=True)
@@ -95,9 +83,13 @@ def write_stage(
         "notes": [f"started from stage {stage - 1}"] if stage else [],
         "semantics": {"evaluation": "official", "reward": "strict"},
     }
+    if splits:
+        record["split_evaluations"] = {k: evaluation(v) for k, v in splits.items()}
     (d / "record.json").write_text(json.dumps(record), encoding="utf-8")
     if trajectories is not None:
         write_trajectories(d / "eval_trajectories.jsonl", trajectories)
+    for label, episodes in (splits or {}).items():
+        write_trajectories(d / f"eval_trajectories_{label}.jsonl", episodes)
     return d
 
 
@@ -130,19 +122,34 @@ def groups(
     return out
 
 
-def make_run(root: Path) -> Path:
+def make_run(root: Path, easy_split: bool = False) -> Path:
     """Stages 0-2 evaluated (issue SQL, explorer, the turn script + one infrastructure
-    failure), stage 3 a GRPO stage with curves and groups, stage 4 unfinished."""
+    failure), stage 3 a GRPO stage with curves and groups, stage 4 unfinished. With
+    `easy_split`, stages 0 and 3 also evaluated `EASY_TASKS` tasks of the further held-out
+    split ``easy`` (bundled:test-easy): the issue SQL submitted at once, then the explorer
+    (who looks before submitting)."""
     bench = open_benchmark("bundled:test")
     tasks = stratified_subset(list(bench.tasks), TASKS, seed=0)
     rollout = RolloutConfig(concurrency=3, env=EnvConfig(max_tool_calls=4))
     play = lambda agent, ts: evaluate_agent(ts, bench.databases, agent, rollout).trajectories  # noqa: E731
+    easy: dict[int, dict[str, list[Trajectory]]] = {}
+    if easy_split:
+        easy_bench = open_benchmark("bundled:test-easy")
+        easy_tasks = stratified_subset(list(easy_bench.tasks), EASY_TASKS, seed=0)
+
+        def play_easy(agent: Any) -> dict[str, list[Trajectory]]:
+            result = evaluate_agent(easy_tasks, easy_bench.databases, agent, rollout)
+            return {"easy": result.trajectories}
+
+        easy = {0: play_easy(ScriptedAgent("issue")), 3: play_easy(ScriptedAgent("explorer"))}
     run = root / "run"
     run.mkdir(parents=True)
-    (run / "config.json").write_text(
-        json.dumps({"name": "viewer-test", "eval_tasks": "bundled:test"})
-    )
-    write_stage(run, 0, "base model", "base", play(ScriptedAgent("issue"), tasks), [])
+    config: dict[str, Any] = {"name": "viewer-test", "eval_tasks": "bundled:test"}
+    if easy_split:
+        config["easy_eval_tasks"] = "bundled:test-easy"
+    (run / "config.json").write_text(json.dumps(config))
+    issue = play(ScriptedAgent("issue"), tasks)
+    write_stage(run, 0, "base model", "base", issue, [], easy.get(0))
     sft_log = [
         {"loss": 2.0 - 0.3 * s, "learning_rate": 1e-5, "step": s, "epoch": s / 4}
         for s in range(1, 5)
@@ -164,7 +171,13 @@ def make_run(root: Path) -> Path:
         for s in (1, 2)
     ]
     d3 = write_stage(
-        run, 3, "single-turn GRPO", "grpo", play(ScriptedAgent("explorer"), tasks), grpo_log
+        run,
+        3,
+        "single-turn GRPO",
+        "grpo",
+        play(ScriptedAgent("explorer"), tasks),
+        grpo_log,
+        easy.get(3),
     )
     with open(d3 / "groups.jsonl", "w", encoding="utf-8") as f:
         for group in groups(stage2[:2]):

@@ -9,6 +9,7 @@ overrides use the same dotted names (``stage3.max_steps=2``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import types
 import typing
@@ -27,6 +28,7 @@ __all__ = [
     "EvalSettings",
     "GRPOStageConfig",
     "HardwareSettings",
+    "HeldOutSplit",
     "IMPORTANCE_SAMPLING_MODES",
     "LoraSettings",
     "PromptSettings",
@@ -95,6 +97,9 @@ class SFTStageConfig:
     grad_accum: int = 8
     max_length: int = 8192
     """Longer samples are truncated (and counted in the stage notes)."""
+    tasks: str | None = None
+    """Train this stage on these tasks (a task source, like the run's ``tasks``); None:
+    the run's ``tasks``."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,9 @@ class GRPOStageConfig:
     mixing. Stage 3 only: stage 4 trains on debugging episodes."""
     max_tool_calls: int = 5
     """Stage 4: tool calls per episode."""
+    tasks: str | None = None
+    """Train this stage on these tasks (a task source, like the run's ``tasks``); None:
+    the run's ``tasks``."""
     task_order: str = "stratified"
     """Which `max_samples` training tasks: ``stratified`` (across databases and categories)
     or ``easy-first`` (tasks whose buggy SQL already earns partial credit first, so
@@ -157,6 +165,25 @@ class GRPOStageConfig:
             raise ConfigError(f"no_signal_steps must be >= 1, got {self.no_signal_steps}")
 
 
+MAIN_SPLIT = "held-out"
+"""The label of ``eval_tasks`` among the evaluated splits."""
+_SPLIT_LABEL = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class HeldOutSplit:
+    """A held-out split evaluated after each stage besides ``eval_tasks`` and reported
+    apart (a ``[[evaluation.splits]]`` table)."""
+
+    label: str = ""
+    """Its name in the report, the viewer and the trajectory file
+    (``stageN/eval_trajectories_<label>.jsonl``): lower-case letters, digits, ``-``, ``_``."""
+    tasks: str = ""
+    """Its task source (``bundled:test-easy``, a file, ``hf:NAME``)."""
+    limit: int | None = None
+    """Evaluate N of its tasks, taken like `EvalSettings.limit`'s (None: as ``limit``)."""
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """The held-out evaluation run after each stage."""
@@ -172,6 +199,9 @@ class EvalSettings:
     """Episodes in flight (conversations per generate call)."""
     base_model: bool = True
     """Also evaluate the starting model (stage 0) for the report's baseline."""
+    splits: list[HeldOutSplit] = field(default_factory=list)
+    """More held-out splits, each evaluated after every stage in the same batch as
+    ``eval_tasks`` and reported apart with its own intervals."""
 
 
 SHARDINGS = ("ddp", "zero2", "zero3", "fsdp")
@@ -215,9 +245,10 @@ class CurriculumConfig:
     tasks: str = "bundled:train"
     eval_tasks: str = "bundled:test"
     easy_eval_tasks: str | None = None
-    """A second held-out set evaluated after each stage and reported apart, labelled
-    easy (``bundled:test-easy``: single-edit bugs synthesized from the test split's
-    solutions), for models too small to move the success rate on ``eval_tasks``."""
+    """A held-out split labelled ``easy`` (``bundled:test-easy``: single-edit bugs
+    synthesized from the test split's solutions), for models too small to move the success
+    rate on ``eval_tasks``; the same as an ``[[evaluation.splits]]`` entry with label
+    ``easy`` and ``evaluation.easy_limit`` as its limit (kept for existing presets)."""
     text2sql_tasks: str | None = "bundled:text2sql-train"
     """Text-to-SQL source for multi-task mixing (used when a stage's ``text2sql_ratio`` > 0)."""
     db_root: str | None = None
@@ -342,6 +373,46 @@ class CurriculumConfig:
                 "vllm_gpu_memory_utilization must be in (0, 1], got "
                 f"{self.vllm_gpu_memory_utilization}"
             )
+        self.held_out_splits()  # raises on a bad split
+        for n in (1, 2, 3, 4):
+            tasks = getattr(self, f"stage{n}").tasks
+            if tasks is not None and not tasks.strip():
+                raise ConfigError(f"stage{n}.tasks must name a task source or be left out")
+
+    def held_out_splits(self) -> list[HeldOutSplit]:
+        """The held-out splits evaluated besides ``eval_tasks``, in report order:
+        ``easy_eval_tasks`` first (as the split ``easy``), then ``evaluation.splits``."""
+        splits = list(self.evaluation.splits)
+        if self.easy_eval_tasks:
+            easy = HeldOutSplit("easy", self.easy_eval_tasks, self.evaluation.easy_limit)
+            splits.insert(0, easy)
+        seen: set[str] = set()
+        legacy = 1 if self.easy_eval_tasks else 0
+        for i, split in enumerate(splits):
+            where = "easy_eval_tasks" if i < legacy else f"evaluation.splits[{i - legacy}]"
+            if not _SPLIT_LABEL.match(split.label):
+                raise ConfigError(
+                    f"{where}.label must be lower-case letters, digits, '-' or '_' "
+                    f"(it names a file), got {split.label!r}"
+                )
+            if split.label == MAIN_SPLIT:
+                raise ConfigError(f"{where}.label: {MAIN_SPLIT!r} is eval_tasks' own label")
+            if split.label in seen:
+                raise ConfigError(
+                    f"{where}.label {split.label!r} is used twice"
+                    + (" (easy_eval_tasks is the split 'easy')" if split.label == "easy" else "")
+                )
+            seen.add(split.label)
+            if not split.tasks.strip():
+                raise ConfigError(f"{where}.tasks: give the split's task source")
+            if split.limit is not None and split.limit < 1:
+                raise ConfigError(f"{where}.limit must be >= 1 or left out, got {split.limit}")
+        return splits
+
+    def stage_tasks(self, stage: int) -> str:
+        """The task source stage `stage` trains on: its own ``tasks``, else the run's."""
+        own: str | None = getattr(self, f"stage{stage}").tasks
+        return own or self.tasks
 
 
 # -- reading --------------------------------------------------------------------------------

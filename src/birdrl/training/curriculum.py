@@ -4,7 +4,8 @@ held-out split, record, report.
 
 A run directory holds ``config.json``, one ``stageN/`` folder per stage (``data/`` with
 the stage dataset and its card, ``model/`` the trained model, ``eval_trajectories.jsonl``
-the held-out episodes, ``record.json`` once the stage is finished and evaluated,
+the held-out episodes (``eval_trajectories_<label>.jsonl`` those of each further held-out
+split, `CurriculumConfig.held_out_splits`), ``record.json`` once the stage is finished and evaluated,
 ``trainer/runs/`` the tensorboard logs) and ``report.md`` with ``plots/``. Each stage
 starts from the previous stage's ``model/``; with ``resume`` a stage that has its
 ``record.json`` is skipped and an interrupted stage continues from its last checkpoint.
@@ -16,7 +17,6 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,9 @@ from birdrl.tasks.subset import stratified_subset
 from birdrl.training.allocator import keep_freed_memory
 from birdrl.training.budgets import BudgetCheck, check_budgets
 from birdrl.training.common import StageJob, StageOutput
-from birdrl.training.config import ConfigError, CurriculumConfig, config_to_dict
+from birdrl.training.config import MAIN_SPLIT, ConfigError, CurriculumConfig, config_to_dict
 from birdrl.training.distributed import dist_context
-from birdrl.training.environment import tool_schemas
+from birdrl.training.environment import explored_first, tool_schemas
 from birdrl.training.generation import RunGeneration, plan_generation
 from birdrl.training.memory import check_memory
 from birdrl.training.models import (
@@ -48,13 +48,15 @@ from birdrl.training.models import (
     use_cuda,
 )
 from birdrl.training.report import StageRecord, write_report
-from birdrl.training.stages import CURRICULUM, Stage, curriculum_stage
+from birdrl.training.stages import CURRICULUM, Stage, TrainingTasks, curriculum_stage
 from birdrl.view.build import build_view
 
 __all__ = [
     "STAGE_NAMES",
     "CurriculumResult",
     "episode_outcomes",
+    "eval_trajectories_path",
+    "tools_called",
     "evaluate_policy",
     "evaluate_policy_splits",
     "parse_stages",
@@ -208,14 +210,31 @@ def policy_summary(result: AgentEvalResult) -> dict[str, Any]:
     }
 
 
+def tools_called(trajectory: Trajectory) -> list[str]:
+    """The tools an episode's turns called, in order (as each turn was parsed)."""
+    return [
+        str(call.get("name"))
+        for turn in trajectory.turn_log
+        for call in turn.get("calls") or []
+        if isinstance(call, Mapping)
+    ]
+
+
 def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """``submitted`` / ``submission_rate`` (episodes that called ``submit_solution``, scored
-    or not) and ``per_task``: ``{instance_id: {db_id, category, reward, success,
-    stop_reason, tool_calls, invalid_tool_calls}}`` for the report's outcome matrix."""
+    or not), ``explored_first`` / ``explored_first_rate`` (episodes that ran
+    ``execute_sql`` before submitting, `birdrl.training.environment.explored_first`) and
+    ``per_task``: ``{instance_id: {db_id, category, reward, success, stop_reason,
+    tool_calls, invalid_tool_calls, explored_first}}`` for the report's outcome matrix and
+    its paired intervals."""
     submitted = sum(t.stop_reason == StopReason.SUBMITTED for t in trajectories)
+    looked = {t.instance_id: explored_first(tools_called(t)) for t in trajectories}
+    n = len(trajectories)
     return {
         "submitted": submitted,
-        "submission_rate": submitted / len(trajectories) if trajectories else None,
+        "submission_rate": submitted / n if n else None,
+        "explored_first": sum(looked.values()),
+        "explored_first_rate": sum(looked.values()) / n if n else None,
         "per_task": {
             t.instance_id: {
                 "db_id": t.db_id,
@@ -225,6 +244,7 @@ def episode_outcomes(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
                 "stop_reason": t.stop_reason,
                 "tool_calls": t.tool_calls,
                 "invalid_tool_calls": t.invalid_tool_calls,
+                "explored_first": looked[t.instance_id],
             }
             for t in trajectories
         },
@@ -254,22 +274,31 @@ class _Run:
         """Stage datasets built ahead of their stage (for the budget checks)."""
         self.budget_checks: list[BudgetCheck] | None = None
         cfg = config
-        self.train = open_benchmark(cfg.tasks, cfg.db_root)
+        self.training_sets: dict[str, TrainingTasks] = {}
+        """Task source -> its opened training tasks (`training`)."""
+        self._credit: dict[str, dict[str, float]] = {}
+        """Task source -> `issue_credit` of its tasks."""
+        for stage in CURRICULUM:  # every source a stage may train on, checked up front
+            if stage.settings(cfg).enabled:
+                self.training(stage.number)
         self.held_out = open_benchmark(cfg.eval_tasks, cfg.db_root)
-        self.debug_tasks = self.train.debugging_tasks()
-        if not self.debug_tasks:
-            raise ConfigError(f"{cfg.tasks}: no debugging tasks to train on")
         self.eval_tasks = stratified_subset(
             self.held_out.debugging_tasks(), cfg.evaluation.limit, cfg.seed
         )
-        self.easy: Benchmark | None = None
-        self.easy_tasks: list[Task] = []
-        if cfg.easy_eval_tasks:
-            self.easy = open_benchmark(cfg.easy_eval_tasks, cfg.db_root)
-            easy_limit = cfg.evaluation.easy_limit or cfg.evaluation.limit
-            self.easy_tasks = stratified_subset(self.easy.debugging_tasks(), easy_limit, cfg.seed)
-        self.easy_results: dict[int, dict[str, Any]] = {}
-        """Stage -> its evaluation on the easy split (`easy_eval_tasks`)."""
+        self.splits: dict[str, tuple[list[Task], Benchmark]] = {}
+        """The further held-out splits by label (`CurriculumConfig.held_out_splits`): the
+        tasks evaluated and their benchmark."""
+        self.split_sources: dict[str, str] = {}
+        for split in cfg.held_out_splits():
+            bench = open_benchmark(split.tasks, cfg.db_root)
+            limit = split.limit if split.limit is not None else cfg.evaluation.limit
+            tasks = stratified_subset(bench.debugging_tasks(), limit, cfg.seed)
+            if not tasks:
+                raise ConfigError(f"held-out split {split.label!r} ({split.tasks}): no tasks")
+            self.splits[split.label] = (tasks, bench)
+            self.split_sources[split.label] = split.tasks
+        self.split_results: dict[int, dict[str, dict[str, Any]]] = {}
+        """Stage -> label -> its evaluation on that further split."""
         self.text2sql: list[TextToSQLTask] = []
         self.text2sql_bench: Benchmark | None = None
         if cfg.stage3.text2sql_ratio > 0:
@@ -334,11 +363,36 @@ class _Run:
         self.budget_checks = checks
         return checks
 
+    @property
+    def train(self) -> Benchmark:
+        """The run's own training tasks' benchmark (``tasks``)."""
+        return self.training_set(self.config.tasks).benchmark
+
+    @property
+    def debug_tasks(self) -> list[Task]:
+        """The run's own training tasks (``tasks``)."""
+        return self.training_set(self.config.tasks).tasks
+
+    def training(self, stage: int) -> TrainingTasks:
+        """Stage `stage`'s training tasks (its ``tasks``, else the run's), opened once."""
+        return self.training_set(self.config.stage_tasks(stage))
+
+    def training_set(self, source: str) -> TrainingTasks:
+        """The debugging tasks of the task source `source`, opened once per run."""
+        if source not in self.training_sets:
+            bench = open_benchmark(source, self.config.db_root)
+            tasks = bench.debugging_tasks()
+            if not tasks:
+                raise ConfigError(f"{source}: no debugging tasks to train on")
+            self.training_sets[source] = TrainingTasks(source, bench, tasks)
+        return self.training_sets[source]
+
     def check_overlap(self) -> OverlapSummary:
-        """Held-out tasks (both sets) against every training task: a warning per run, an
-        error under ``refuse_overlap``."""
-        held_out = [*self.eval_tasks, *self.easy_tasks]
-        summary = OverlapSummary.of(held_out, [*self.debug_tasks, *self.text2sql])
+        """Held-out tasks (every split) against every stage's training tasks: a warning per
+        run, an error under ``refuse_overlap``."""
+        held_out = [*self.eval_tasks, *(t for tasks, _ in self.splits.values() for t in tasks)]
+        training = {t.instance_id: t for s in self.training_sets.values() for t in s.tasks}
+        summary = OverlapSummary.of(held_out, [*training.values(), *self.text2sql])
         if summary.overlaps:
             example = summary.overlaps[0]
             message = (
@@ -359,11 +413,16 @@ class _Run:
             "reward": str(self.reward_config.semantics),
         }
 
-    @cached_property
-    def issue_credit(self) -> dict[str, float]:
-        """The share of hidden tests each training task's buggy SQL passes (easy-first
-        order), measured once per run: stages 3 and 4 share it."""
-        return issue_sql_credit(self.debug_tasks, self.train.databases, self.reward_config)
+    def issue_credit(self, stage: int) -> dict[str, float]:
+        """The share of hidden tests each of stage `stage`'s training tasks' buggy SQL
+        passes (easy-first order), measured once per task source: stages 3 and 4 share it
+        when they train on the same tasks."""
+        train = self.training(stage)
+        if train.source not in self._credit:
+            self._credit[train.source] = issue_sql_credit(
+                train.tasks, train.benchmark.databases, self.reward_config
+            )
+        return self._credit[train.source]
 
     def record_path(self, stage: int) -> Path:
         return self.run_dir / f"stage{stage}" / "record.json"
@@ -408,24 +467,36 @@ class _Run:
         if not self.dist.is_main:
             return self.run_dir / "report.md"
         cfg = self.config
-        summary = {
+        summary: dict[str, Any] = {
             "preset": cfg.name,
             "model": cfg.model,
             "train tasks": f"{cfg.tasks} ({len(self.debug_tasks)} debugging tasks)",
-            "held-out tasks": f"{cfg.eval_tasks} ({len(self.eval_tasks)} evaluated, agent mode)",
-            "easy held-out tasks": f"{cfg.easy_eval_tasks} ({len(self.easy_tasks)} evaluated)"
-            if self.easy is not None
-            else "none",
-            "fine-tuning": f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "full",
-            "train/held-out overlap": f"{self.overlap.describe()} with the training tasks",
-            "scoring semantics": f"held-out {self.eval_config.semantics}, "
-            f"rewards {self.reward_config.semantics} (docs/evaluation.md)",
-            "stage 3 reward": cfg.stage3.reward,
-            "stage 4 KL beta": cfg.stage4.beta,
-            "generation": self.generation.plan.why,
-            "generation dtype": self.generation.plan.dtype.reason,
-            "training precision": self.generation.training_precision.reason,
         }
+        for stage in CURRICULUM:
+            own = stage.settings(cfg).tasks
+            if own and stage.settings(cfg).enabled:
+                count = len(self.training_set(own).tasks)
+                summary[f"stage {stage.number} train tasks"] = f"{own} ({count} debugging tasks)"
+        summary["held-out tasks"] = (
+            f"{cfg.eval_tasks} ({len(self.eval_tasks)} evaluated, agent mode)"
+        )
+        for label, (tasks, _) in self.splits.items():
+            summary[f"held-out split {label}"] = (
+                f"{self.split_sources[label]} ({len(tasks)} evaluated, agent mode)"
+            )
+        summary.update(
+            {
+                "fine-tuning": f"LoRA r={cfg.lora.r}" if cfg.lora.enabled else "full",
+                "train/held-out overlap": f"{self.overlap.describe()} with the training tasks",
+                "scoring semantics": f"held-out {self.eval_config.semantics}, "
+                f"rewards {self.reward_config.semantics} (docs/evaluation.md)",
+                "stage 3 reward": cfg.stage3.reward,
+                "stage 4 KL beta": cfg.stage4.beta,
+                "generation": self.generation.plan.why,
+                "generation dtype": self.generation.plan.dtype.reason,
+                "training precision": self.generation.training_precision.reason,
+            }
+        )
         report = write_report(
             self.run_dir,
             self.records,
@@ -438,11 +509,11 @@ class _Run:
             budgets=None
             if self.budget_checks is None
             else [c.to_dict() for c in self.budget_checks],
+            split_sources=self.split_sources,
         )
         # the browsable view of the same run, next to report.md (birdrl view RUN rebuilds it)
-        build_view(
-            [self.run_dir], self.run_dir / "view", tasks={t.instance_id: t for t in self.eval_tasks}
-        )
+        shown = [*self.eval_tasks, *(t for tasks, _ in self.splits.values() for t in tasks)]
+        build_view([self.run_dir], self.run_dir / "view", tasks={t.instance_id: t for t in shown})
         return report
 
     def stage_data(self, stage: int) -> StageDataset:
@@ -485,20 +556,15 @@ class _Run:
 
     def evaluate(self, stage: int, model: Path | str) -> dict[str, Any] | None:
         """Evaluate on the main process (the others wait at the next barrier), the held-out
-        tasks and the easy split's in one batch; the easy split's result, when there is
-        one, goes to `easy_results`."""
+        tasks and every further split's in one batch; the further splits' results go to
+        `split_results`."""
         if not self.dist.is_main:
             return None
-        splits = {"held-out": (self.eval_tasks, self.held_out)}
-        if self.easy is not None:
-            splits["easy"] = (self.easy_tasks, self.easy)
+        splits = {MAIN_SPLIT: (self.eval_tasks, self.held_out), **self.splits}
         stage_dir = self.run_dir / f"stage{stage}"
-        paths = {
-            "held-out": stage_dir / "eval_trajectories.jsonl",
-            "easy": stage_dir / "eval_trajectories_easy.jsonl",
-        }
-        sizes = " and ".join(
-            f"{len(tasks)} {'easy held-out' if name == 'easy' else 'held-out'}"
+        paths = {name: eval_trajectories_path(stage_dir, name) for name in splits}
+        sizes = ", ".join(
+            f"{len(tasks)} {name}" if name == MAIN_SPLIT else f"{len(tasks)} of split {name}"
             for name, (tasks, _) in splits.items()
         )
         self.say(f"stage {stage}: evaluating on {sizes} tasks")
@@ -516,16 +582,30 @@ class _Run:
         seconds = round(time.monotonic() - t0, 1)
         for name, result in results.items():
             result["seconds"] = seconds
-            split = " (easy split)" if name == "easy" else ""
+            split = "" if name == MAIN_SPLIT else f" (split {name})"
             self.say(
                 f"stage {stage}{split}: success rate {result['success_rate']:.1%}, mean reward "
                 f"{result['mean_reward']:.3f}, {result['submitted']} of {result['n']} "
                 f"episodes submitted"
             )
         self.say(f"stage {stage}: evaluated in {seconds:.0f} s")
-        if "easy" in results:
-            self.easy_results[stage] = results["easy"]
-        return results["held-out"]
+        self.split_results[stage] = {k: v for k, v in results.items() if k != MAIN_SPLIT}
+        return results[MAIN_SPLIT]
+
+
+def eval_trajectories_path(stage_dir: Path, split: str = MAIN_SPLIT) -> Path:
+    """Where a stage's held-out episodes of `split` are written: ``eval_trajectories.jsonl``
+    for ``eval_tasks``, ``eval_trajectories_<label>.jsonl`` for a further split."""
+    name = "eval_trajectories" if split == MAIN_SPLIT else f"eval_trajectories_{split}"
+    return stage_dir / f"{name}.jsonl"
+
+
+def _with_defaults(saved: Any, defaults: Any) -> Any:
+    """`saved` (a run's ``config.json``) with the settings it lacks taken from
+    `defaults`, table by table."""
+    if not (isinstance(saved, dict) and isinstance(defaults, dict)):
+        return saved
+    return {**defaults, **{k: _with_defaults(v, defaults.get(k)) for k, v in saved.items()}}
 
 
 def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> None:
@@ -537,10 +617,11 @@ def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> Non
                 f"{run_dir} already holds a curriculum run; pass --resume to continue it "
                 "or choose another output directory"
             )
-        previous = json.loads(saved.read_text(encoding="utf-8"))
-        # a setting added after the run was written: the run had its default behaviour
-        defaults = config_to_dict(CurriculumConfig())
-        changed = sorted(k for k in current if previous.get(k, defaults.get(k)) != current[k])
+        # a setting added after the run was written (at any depth): the run had its default
+        previous = _with_defaults(
+            json.loads(saved.read_text(encoding="utf-8")), config_to_dict(CurriculumConfig())
+        )
+        changed = sorted(k for k in current if previous.get(k) != current[k])
         # settings of stages that have not started yet may change; nothing else may
         fixed = [k for k in changed if not (k.startswith("stage") and not (run_dir / k).exists())]
         if fixed:
@@ -611,7 +692,7 @@ def run_curriculum(
                     evaluation,
                     [],
                     generation=state.generation.record("base"),
-                    easy_evaluation=state.easy_results.get(0),
+                    split_evaluations=state.split_results.get(0) or None,
                     semantics=state.semantics,
                 )
                 state.save_record(record)
@@ -647,7 +728,7 @@ def run_curriculum(
                 evaluation,
                 output.notes,
                 generation=state.generation.record(stage.kind, training=True),
-                easy_evaluation=state.easy_results.get(stage.number),
+                split_evaluations=state.split_results.get(stage.number) or None,
                 semantics=state.semantics,
             )
             state.save_record(record)

@@ -13,11 +13,23 @@ from typing import Any
 
 from birdrl.errors import BirdrlError
 from birdrl.training.diagnostics import WEIGHT_KEY, finite_number, summarize, verdicts
+from birdrl.training.intervals import Interval, newcombe_difference, newcombe_paired, wilson
 
-__all__ = ["ReportError", "StageRecord", "markdown_table", "number_cell", "write_report"]
+__all__ = [
+    "ReportError",
+    "StageRecord",
+    "explored_interval",
+    "markdown_table",
+    "number_cell",
+    "sr_change",
+    "sr_interval",
+    "write_report",
+]
 
 DASH = "—"
 KINDS = ("base", "sft", "grpo")
+SINGLE_TURN_STAGE = 3
+"""The stage that trains without tools (its own training cannot teach looking first)."""
 EASY_LEGEND = (
     "Easy split: single-edit bugs synthesized from the held-out test split's reference "
     "solutions (a flipped ORDER BY, a LIMIT off by one, SUM for AVG, ...), never from "
@@ -50,9 +62,11 @@ class StageRecord:
     """What generated in each phase (`birdrl.training.generation.RunGeneration.record`):
     the plan, the bf16 capability found, the engine and dtype of the evaluation, of the
     GRPO rollouts and of training; None in records written before it existed."""
-    easy_evaluation: dict[str, Any] | None = None
-    """The same measurement as `evaluation` on the run's easy held-out split
-    (``easy_eval_tasks``); None without one."""
+    split_evaluations: dict[str, dict[str, Any]] | None = None
+    """The same measurement as `evaluation` on each further held-out split, by label
+    (`birdrl.training.config.CurriculumConfig.held_out_splits`); None without any.
+    Records written before it kept the easy split's as ``easy_evaluation``, read here as
+    the split ``easy``."""
     diagnostics: dict[str, Any] | None = None
     """Learning-signal summary (`birdrl.training.diagnostics.summarize`); derived from
     `log_history` when not given (and for records written before it existed)."""
@@ -63,6 +77,11 @@ class StageRecord:
     def __post_init__(self) -> None:
         if self.diagnostics is None and self.kind in ("sft", "grpo"):
             self.diagnostics = summarize(self.kind, self.log_history)
+
+    @property
+    def easy_evaluation(self) -> dict[str, Any] | None:
+        """The split ``easy``'s evaluation (what older records and callers name so)."""
+        return (self.split_evaluations or {}).get("easy")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,6 +98,9 @@ class StageRecord:
                 f"stage {data['stage']}: kind must be one of {KINDS}, not {data['kind']!r}"
             )
         values = {n: data[n] for n in names if n in data}
+        easy = data.get("easy_evaluation")  # a record written before split_evaluations
+        if easy is not None:
+            values["split_evaluations"] = {"easy": easy, **(values.get("split_evaluations") or {})}
         values["log_history"] = [dict(e) for e in values["log_history"]]
         values["notes"] = list(values["notes"])
         return cls(**values)
@@ -228,23 +250,95 @@ def number_cell(value: Any, fmt: str) -> str:
     return DASH if rate is None else format(rate, fmt)
 
 
+def _outcomes(ev: Mapping[str, Any]) -> dict[str, bool] | None:
+    """Each task's success in an evaluation (None: a record without ``per_task``)."""
+    per = ev.get("per_task")
+    if not isinstance(per, Mapping) or not per:
+        return None
+    return {str(iid): bool(e.get("success")) for iid, e in per.items() if isinstance(e, Mapping)}
+
+
+def _count(ev: Mapping[str, Any], rate_key: str, count_key: str) -> tuple[int, int] | None:
+    """(count, n) behind a recorded rate: the count when recorded, else rate × n."""
+    n, rate = ev.get("n"), finite_number(ev.get(rate_key))
+    if not isinstance(n, int) or n <= 0 or rate is None:
+        return None
+    count = ev.get(count_key)
+    return (count if isinstance(count, int) else round(rate * n)), n
+
+
+def sr_interval(ev: Mapping[str, Any]) -> Interval | None:
+    """The success rate of an evaluation with its Wilson 95% interval (None: not measured)."""
+    outcomes = _outcomes(ev)
+    if outcomes is not None and len(outcomes) == ev.get("n"):
+        return wilson(sum(outcomes.values()), len(outcomes))
+    found = _count(ev, "success_rate", "solved")
+    return None if found is None else wilson(*found)
+
+
+def explored_interval(ev: Mapping[str, Any]) -> Interval | None:
+    """The share of episodes that ran ``execute_sql`` before submitting, with its Wilson
+    95% interval (None: a record from before it was measured)."""
+    found = _count(ev, "explored_first_rate", "explored_first")
+    return None if found is None else wilson(*found)
+
+
+def sr_change(ev: Mapping[str, Any], prev: Mapping[str, Any]) -> Interval | None:
+    """The change of the success rate from `prev` to `ev` with its 95% interval:
+    Newcombe's paired interval when both evaluated the same tasks (the curriculum's
+    stages do), his independent one otherwise; None when either rate is missing."""
+    before, after = _outcomes(prev), _outcomes(ev)
+    if before is not None and after is not None and before.keys() == after.keys():
+        ids = sorted(before)
+        return newcombe_paired([before[i] for i in ids], [after[i] for i in ids])
+    a, b = _count(prev, "success_rate", "solved"), _count(ev, "success_rate", "solved")
+    if a is None or b is None:
+        return None
+    return newcombe_difference(b[0], b[1], a[0], a[1])
+
+
+def _bounds(iv: Interval, signed: bool = False) -> str:
+    fmt = "+.1f" if signed else ".1f"
+    return f"[{100 * iv.low:{fmt}}, {100 * iv.high:{fmt}}]"
+
+
 def _sr_row(r: StageRecord, prev: Mapping[str, Any], categories: Sequence[str]) -> list[str]:
     ev = r.evaluation or {}
     sr = finite_number(ev.get("success_rate"))
+    interval = sr_interval(ev)
     row = [str(r.stage), r.name, str(ev.get("mode", DASH)), str(ev.get("n", DASH)), _pct(sr)]
-    row.append(_delta(sr, finite_number(prev.get("success_rate"))) if prev else DASH)
+    row.append(DASH if interval is None else _bounds(interval))
+    change = sr_change(ev, prev) if prev else None
+    delta = _delta(sr, finite_number(prev.get("success_rate"))) if prev else DASH
+    row.append(delta if change is None else f"{delta} {_bounds(change, signed=True)}")
     per, prev_per = ev.get("per_category") or {}, prev.get("per_category") or {}
     for c in categories:
         value = finite_number(per.get(c))
-        change = _delta(value, finite_number(prev_per.get(c)))
-        row.append(_pct(value) + (f" ({change})" if change != DASH else ""))
+        change_c = _delta(value, finite_number(prev_per.get(c)))
+        row.append(_pct(value) + (f" ({change_c})" if change_c != DASH else ""))
     valid = finite_number(ev.get("tool_call_validity"))
     row += [
         number_cell(ev.get("avg_turns"), ".2f"),
         _pct(valid),
         number_cell(ev.get("mean_reward"), ".3f"),
     ]
-    return row + _episode_cells(ev)
+    return row + _episode_cells(ev) + [_explored_cell(r.stage, ev)]
+
+
+def _explored_cell(stage: int, ev: Mapping[str, Any]) -> str:
+    iv = explored_interval(ev)
+    cell = DASH
+    if iv is not None:
+        cell = f"{_pct(iv.estimate)} ({ev.get('explored_first')}/{ev.get('n')}) {_bounds(iv)}"
+    if stage == SINGLE_TURN_STAGE and ev:
+        cell += " (stage 3 trains single-turn, without tools: it cannot learn to look)"
+    return cell
+
+
+def _verdict(change: Interval) -> str:
+    if change.includes_zero:
+        return "not distinguishable from no change (the interval includes 0)"
+    return "an increase" if change.estimate > 0 else "a decrease"
 
 
 def _sr_section(records: Sequence[StageRecord]) -> list[str]:
@@ -252,9 +346,11 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
     if not evaluated:
         return ["No stage was evaluated."]
     categories = _categories(evaluated)
-    header = ["stage", "name", "mode", "n", "SR", "Δ SR", *categories]
+    header = ["stage", "name", "mode", "n", "SR", "SR 95% interval", "Δ SR [95% interval]"]
     rows: list[list[str]] = []
+    changes: list[tuple[StageRecord, StageRecord, Interval]] = []
     prev: dict[str, Any] = {}  # the evaluation of the previous evaluated stage
+    prev_record: StageRecord | None = None
     unlike = False
     for r in records:
         row = _sr_row(r, prev if r.evaluation else {}, categories)
@@ -263,22 +359,55 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
             and prev
             and [r.evaluation.get(k) for k in ("mode", "n")] != [prev.get(k) for k in ("mode", "n")]
         ):
-            row[5], unlike = row[5] + " †", True
+            row[6], unlike = row[6] + " †", True
+        if r.evaluation and prev and prev_record is not None:
+            change = sr_change(r.evaluation, prev)
+            if change is not None:
+                changes.append((prev_record, r, change))
         rows.append(row)
-        prev = r.evaluation or prev
+        if r.evaluation:
+            prev, prev_record = r.evaluation, r
     lines = markdown_table(
-        [*header, "avg turns", "valid tool calls", "mean reward", *EPISODE_COLUMNS], rows
+        [
+            *header,
+            *categories,
+            "avg turns",
+            "valid tool calls",
+            "mean reward",
+            *EPISODE_COLUMNS,
+            "explored first [95% interval]",
+        ],
+        rows,
     )
-    lines += ["", "SR: share of held-out tasks solved; Δ: against the previous evaluated stage."]
+    lines += [
+        "",
+        "SR: share of held-out tasks solved, with its Wilson 95% interval; Δ: against the "
+        "previous evaluated stage, in points, with Newcombe's 95% interval (paired: the "
+        "same tasks at both stages). Explored first: episodes that ran execute_sql before "
+        "submitting.",
+    ]
     lines.append(EPISODE_LEGEND)
     if unlike:
         lines.append("† evaluated differently (mode or task count) from the previous stage.")
+    if changes:
+        lines.append("")
+        for a, b, change in changes:
+            shown = _delta(
+                *(finite_number((x.evaluation or {}).get("success_rate")) for x in (b, a))
+            )
+            lines.append(
+                f"- stage {a.stage} → stage {b.stage} ({b.name}): {shown} "
+                f"{_bounds(change, signed=True)}: {_verdict(change)}."
+            )
     first, last = evaluated[0], evaluated[-1]
     a, b = (finite_number((x.evaluation or {}).get("success_rate")) for x in (first, last))
     if first is not last and a is not None and b is not None:
+        overall = sr_change(last.evaluation or {}, first.evaluation or {})
+        extra = "" if overall is None else f", 95% interval {_bounds(overall, signed=True)}"
         lines.append(
             f"\nFrom stage {first.stage} ({first.name}) to stage {last.stage} ({last.name}): "
-            f"{_pct(a)} → {_pct(b)} ({_delta(b, a)})."
+            f"{_pct(a)} → {_pct(b)} ({_delta(b, a)}{extra})."
+            + ("" if overall is None else f" That is {_verdict(overall)}.")
         )
     return lines
 
@@ -514,6 +643,15 @@ def _budget_section(budgets: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+def _split_labels(records: Sequence[StageRecord], sources: Mapping[str, str]) -> list[str]:
+    """The further splits to report: those configured (in order), then any other a record
+    measured."""
+    labels = list(sources)
+    for r in records:
+        labels += [label for label in r.split_evaluations or {} if label not in labels]
+    return labels
+
+
 def write_report(
     run_dir: Path,
     records: Sequence[StageRecord],
@@ -522,11 +660,14 @@ def write_report(
     config_summary: Mapping[str, Any],
     held_out: Sequence[Mapping[str, Any]] | None = None,
     budgets: Sequence[Mapping[str, Any]] | None = None,
+    split_sources: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``run_dir/report.md`` (and PNGs under ``run_dir/plots/``); return its path.
     `held_out`: the evaluated tasks (``instance_id``, ``db_id``, ``category``), listed with
     their outcome at each stage; `budgets`: the budget checks of the run
-    (`birdrl.training.budgets.BudgetCheck.to_dict`), a section of their own when given."""
+    (`birdrl.training.budgets.BudgetCheck.to_dict`), a section of their own when given;
+    `split_sources`: each further held-out split's task source, by label (each split the
+    records measured gets its own success-rate section, in this order first)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     records = sorted(records, key=lambda r: r.stage)
@@ -554,10 +695,15 @@ def write_report(
     ]
     lines += ["", "## Learning signal", "", *_signal_section(records)]
     lines += ["", "## Success rate", "", *_sr_section(records), ""]
-    if any(r.easy_evaluation is not None for r in records):
-        easy = [replace(r, evaluation=r.easy_evaluation) for r in records]
-        lines += ["## Success rate on the easy held-out split", "", EASY_LEGEND, ""]
-        lines += [*_sr_section(easy), ""]
+    for label in _split_labels(records, split_sources or {}):
+        split = [replace(r, evaluation=(r.split_evaluations or {}).get(label)) for r in records]
+        source = (split_sources or {}).get(label)
+        lines += [f"## Success rate on the held-out split {label}", ""]
+        if source:
+            lines += [f"Tasks: `{source}`.", ""]
+        if label == "easy":
+            lines += [EASY_LEGEND, ""]
+        lines += [*_sr_section(split), ""]
     lines += ["## Held-out tasks", "", *_tasks_section(records, held_out), ""]
     lines += ["## Plots", ""]
     if skipped:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -50,24 +51,36 @@ __all__ = [
     "Stage",
     "StageContext",
     "ToolUseSFT",
+    "TrainingTasks",
     "curriculum_stage",
 ]
 
 SettingsT = TypeVar("SettingsT", SFTStageConfig, GRPOStageConfig)
 
 
+@dataclass(frozen=True)
+class TrainingTasks:
+    """The tasks a stage trains on: its task source (``stageN.tasks``, else the run's
+    ``tasks``), opened."""
+
+    source: str
+    benchmark: Benchmark
+    tasks: list[Task]
+    """The source's debugging tasks."""
+
+
 class StageContext(Protocol):
-    """What a stage reads from its run: the configuration, the training tasks and
+    """What a stage reads from its run: the configuration, each stage's training tasks and
     databases, and where to say what it does."""
 
     @property
     def config(self) -> CurriculumConfig: ...
     @property
     def run_dir(self) -> Path: ...
-    @property
-    def train(self) -> Benchmark: ...
-    @property
-    def debug_tasks(self) -> Sequence[Task]: ...
+    def training(self, stage: int) -> TrainingTasks:
+        """Stage `stage`'s training tasks (`CurriculumConfig.stage_tasks`)."""
+        ...
+
     @property
     def text2sql(self) -> Sequence[TextToSQLTask]: ...
     @property
@@ -77,9 +90,9 @@ class StageContext(Protocol):
         """Scoring of rewards and teacher data (``reward_semantics``)."""
         ...
 
-    @property
-    def issue_credit(self) -> dict[str, float]:
-        """The share of hidden tests each training task's buggy SQL passes."""
+    def issue_credit(self, stage: int) -> dict[str, float]:
+        """The share of hidden tests each of stage `stage`'s training tasks' buggy SQL
+        passes."""
         ...
 
     def say(self, message: str) -> None: ...
@@ -109,12 +122,14 @@ class Stage(ABC, Generic[SettingsT]):
     def select_tasks(self, ctx: StageContext) -> list[Task]:
         """``max_samples`` training tasks taken across databases and categories."""
         settings = self.settings(ctx.config)
-        return stratified_subset(ctx.debug_tasks, settings.max_samples, ctx.config.seed)
+        pool = ctx.training(self.number).tasks
+        return stratified_subset(pool, settings.max_samples, ctx.config.seed)
 
     def build_data(self, ctx: StageContext) -> StageDataset:
         """The stage's dataset from its selected training tasks."""
         tasks = self.select_tasks(ctx)
-        ctx.say(f"stage {self.number}: building the dataset from {len(tasks)} tasks")
+        source = ctx.training(self.number).source
+        ctx.say(f"stage {self.number}: building the dataset from {len(tasks)} tasks of {source}")
         return self.dataset(ctx, tasks)
 
     @abstractmethod
@@ -151,11 +166,12 @@ class ReasoningSFT(Stage[SFTStageConfig]):
             if spec == "offline"
             else LLMTeacher(make_agent(spec), ctx.run_dir / "teacher-cache")
         )
+        train = ctx.training(self.number)
         return build_reasoning_sft(
             tasks,
-            ctx.train.databases,
+            train.benchmark.databases,
             teacher,
-            source=f"{cfg.tasks}, teacher {spec}",
+            source=f"{train.source}, teacher {spec}",
             eval_config=ctx.reward_config,
             progress=ctx.counter(f"stage 1: teacher ({spec})", len(tasks)),
             sample_rows=cfg.prompt.sample_rows,
@@ -184,11 +200,12 @@ class ToolUseSFT(Stage[SFTStageConfig]):
             schema_budget_chars=cfg.prompt.schema_budget_chars,
             sample_rows=cfg.prompt.sample_rows,
         )
+        train = ctx.training(self.number)
         return build_tool_use_sft(
             tasks,
-            ctx.train.databases,
+            train.benchmark.databases,
             make_agent(spec),
-            source=f"{cfg.tasks}, teacher {spec}",
+            source=f"{train.source}, teacher {spec}",
             rollout=RolloutConfig(env=env),
             eval_config=ctx.reward_config,
             progress=ctx.counter(f"stage 2: teacher ({spec})", len(tasks)),
@@ -213,8 +230,9 @@ class GRPOStage(Stage[GRPOStageConfig]):
         settings = self.settings(ctx.config)
         if settings.task_order != "easy-first":
             return super().select_tasks(ctx)
-        credit = ctx.issue_credit
-        tasks = easy_first(ctx.debug_tasks, credit, settings.max_samples, ctx.config.seed)
+        credit = ctx.issue_credit(self.number)
+        pool = ctx.training(self.number).tasks
+        tasks = easy_first(pool, credit, settings.max_samples, ctx.config.seed)
         easy = sum(credit.get(t.instance_id, 0.0) > 0 for t in tasks)
         ctx.say(
             f"stage {self.number}: easy first: {easy} of {len(tasks)} tasks earn partial credit"
@@ -226,11 +244,12 @@ class GRPOStage(Stage[GRPOStageConfig]):
         without a ``tools`` column, which TRL does not read (stage 4's tools are the
         environment's methods)."""
         prompt = ctx.config.prompt
+        train = ctx.training(self.number)
         data = build_rl_prompts(
             tasks,
-            ctx.train.databases,
+            train.benchmark.databases,
             stage=self.number,
-            source=ctx.config.tasks,
+            source=train.source,
             sample_rows=prompt.sample_rows,
             budget_chars=prompt.schema_budget_chars,
             with_tools=False,
@@ -272,8 +291,9 @@ class SingleTurnGRPO(GRPOStage):
 
     def rollouts(self, ctx: StageContext) -> Rollouts:
         settings = ctx.config.stage3
-        tasks: dict[str, Task | TextToSQLTask] = {t.instance_id: t for t in ctx.debug_tasks}
-        databases = dict(ctx.train.databases)
+        train = ctx.training(self.number)
+        tasks: dict[str, Task | TextToSQLTask] = {t.instance_id: t for t in train.tasks}
+        databases = dict(train.benchmark.databases)
         if ctx.text2sql_bench is not None:
             tasks.update({t.instance_id: t for t in ctx.text2sql})
             databases.update(ctx.text2sql_bench.databases)
@@ -315,9 +335,10 @@ class MultiTurnGRPO(GRPOStage):
         return config.stage4
 
     def rollouts(self, ctx: StageContext) -> Rollouts:
+        train = ctx.training(self.number)
         return EpisodeRollouts(
-            tasks={t.instance_id: t for t in ctx.debug_tasks},
-            databases=ctx.train.databases,
+            tasks={t.instance_id: t for t in train.tasks},
+            databases=train.benchmark.databases,
             eval_config=ctx.reward_config,
         )
 

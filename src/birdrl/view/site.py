@@ -102,6 +102,7 @@ def _index(
                 "kind": source.kind,
                 "config": source.config,
                 "notes": source.notes,
+                "splits": source.splits,
                 "columns": columns,
             }
         )

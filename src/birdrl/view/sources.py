@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
+from birdrl.training.environment import explored_first
+from birdrl.training.report import explored_interval, sr_change, sr_interval
 
 __all__ = [
     "Column",
@@ -37,6 +39,9 @@ OUTCOMES = ("solved", "partial", "failed", "no submission", "infra error", "not 
 
 _CURVE_SKIP = {"step", "epoch", "train_runtime", "total_flos", "train_loss", "step_time"}
 _STAGE_DIR = re.compile(r"^stage(\d+)$")
+_SPLIT_FILE = re.compile(r"^eval_trajectories_([a-z0-9][a-z0-9_-]*)\.jsonl$")
+MAIN_SPLIT = "held-out"
+"""A run's ``eval_tasks`` among its evaluated splits (`birdrl.training.config`)."""
 
 
 @dataclass
@@ -48,6 +53,9 @@ class Column:
     stage: int | None = None
     kind: str = "eval"
     """``base``, ``sft``, ``grpo`` (a curriculum stage) or ``eval`` / ``predictions``."""
+    split: str | None = None
+    """A run's held-out split: ``held-out`` (its ``eval_tasks``) or a further split's
+    label; None for an evaluation that is not a run's."""
     semantics: str | None = None
     """How it was scored (``official``, ``strict``; a stage: its evaluation's, then its
     reward's); None where the file does not say."""
@@ -58,6 +66,11 @@ class Column:
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: list[dict[str, Any]] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+    """95% intervals (`birdrl.training.intervals`), each ``{estimate, low, high}``:
+    ``sr`` (Wilson), ``explored`` (the share of episodes that ran execute_sql before
+    submitting), ``change`` (the SR against ``change_from``, the previous evaluated column
+    of the same split: Newcombe's, paired over the same tasks)."""
 
     def summary(self) -> dict[str, Any]:
         """Everything but the episodes and groups (the run page's row)."""
@@ -66,6 +79,8 @@ class Column:
             "title": self.title,
             "stage": self.stage,
             "kind": self.kind,
+            "split": self.split,
+            "stats": self.stats,
             "semantics": self.semantics,
             "seconds": self.seconds,
             "evaluation": self.evaluation,
@@ -89,6 +104,8 @@ class Source:
     columns: list[Column]
     config: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    splits: dict[str, str] = field(default_factory=dict)
+    """A run's held-out splits: label → task source, as its configuration names them."""
 
 
 def outcome(episode: Mapping[str, Any]) -> str:
@@ -185,20 +202,25 @@ def _groups(path: Path) -> list[dict[str, Any]]:
 
 
 def _run(path: Path, tasks: Mapping[str, Any]) -> Source:
+    """A curriculum run: a column per stage on ``eval_tasks``, then, for each further
+    held-out split, a column per stage that evaluated it."""
     config = _read_json(path / "config.json") if (path / "config.json").is_file() else None
     stage_dirs = sorted(
         (int(m.group(1)), d)
         for d in path.iterdir()
         if d.is_dir() and (m := _STAGE_DIR.match(d.name))
     )
-    source = Source(path.name or str(path), str(path), "run", [], config)
+    source = Source(
+        path.name or str(path), str(path), "run", [], config, splits=_split_sources(config)
+    )
     if not stage_dirs:
         source.notes.append("no stage has finished yet: no stageN/record.json in this directory")
+    further: dict[str, list[Column]] = {}
     for number, stage_dir in stage_dirs:
         record_path = stage_dir / "record.json"
-        column = Column(f"stage{number}", f"stage {number}", stage=number)
-        if record_path.is_file():
-            record = _read_json(record_path)
+        record = _read_json(record_path) if record_path.is_file() else None
+        column = Column(f"stage{number}", f"stage {number}", stage=number, split=MAIN_SPLIT)
+        if record is not None:
             column.title = f"stage {number}: {record.get('name', '')}".rstrip(": ")
             column.kind = str(record.get("kind", "eval"))
             column.seconds = record.get("seconds")
@@ -211,20 +233,96 @@ def _run(path: Path, tasks: Mapping[str, Any]) -> Source:
             column.notes.append("this stage has not finished: no record.json yet")
         trajectories = stage_dir / "eval_trajectories.jsonl"
         if trajectories.is_file():
-            for raw in _read_jsonl(trajectories):
-                ep = _episode(raw, tasks, str(trajectories))
-                column.episodes[ep["instance_id"]] = ep
+            _read_episodes(column, trajectories, tasks)
         elif column.evaluation is not None:
             column.notes.append(
                 "no eval_trajectories.jsonl: the episodes of this evaluation were not kept"
             )
-        elif record_path.is_file():
+        elif record is not None:
             column.notes.append("this stage was not evaluated")
         column.groups = _groups(stage_dir / "groups.jsonl")
         if column.kind == "grpo" and not column.groups:
             column.notes.append("no GRPO groups logged (groups.jsonl is missing or empty)")
         source.columns.append(column)
+        for label, evaluation in _further_splits(record, stage_dir).items():
+            split = Column(
+                f"{column.key}-{label}",
+                f"{column.title} · {label}",
+                stage=number,
+                kind=column.kind,
+                split=label,
+                semantics=column.semantics,
+                evaluation=evaluation,
+            )
+            episodes = stage_dir / f"eval_trajectories_{label}.jsonl"
+            if episodes.is_file():
+                _read_episodes(split, episodes, tasks)
+                split.evaluation = split.evaluation or _summarize(split.episodes.values())
+            else:
+                split.notes.append(f"no {episodes.name}: the episodes of this split were not kept")
+            further.setdefault(label, []).append(split)
+    for columns in further.values():
+        source.columns += columns
+    _add_stats(source.columns)
     return source
+
+
+def _split_sources(config: Any) -> dict[str, str]:
+    """label → task source of the held-out splits a run's ``config.json`` names."""
+    if not isinstance(config, Mapping):
+        return {}
+    found = {MAIN_SPLIT: config.get("eval_tasks"), "easy": config.get("easy_eval_tasks")}
+    evaluation = config.get("evaluation")
+    splits = evaluation.get("splits") if isinstance(evaluation, Mapping) else None
+    for split in splits if isinstance(splits, list) else []:
+        if isinstance(split, Mapping):
+            found[str(split.get("label"))] = split.get("tasks")
+    return {k: str(v) for k, v in found.items() if v}
+
+
+def _read_episodes(column: Column, path: Path, tasks: Mapping[str, Any]) -> None:
+    for raw in _read_jsonl(path):
+        ep = _episode(raw, tasks, str(path))
+        column.episodes[ep["instance_id"]] = ep
+
+
+def _further_splits(record: Mapping[str, Any] | None, stage_dir: Path) -> dict[str, Any]:
+    """label → evaluation (None where only episodes were kept) of each further held-out
+    split a stage evaluated: its record's ``split_evaluations`` (``easy_evaluation`` in
+    records written before them), then any other ``eval_trajectories_<label>.jsonl``."""
+    found: dict[str, Any] = {}
+    if record is not None:
+        if isinstance(record.get("easy_evaluation"), Mapping):
+            found["easy"] = record["easy_evaluation"]
+        given = record.get("split_evaluations")
+        if isinstance(given, Mapping):
+            found.update({str(k): v for k, v in given.items() if isinstance(v, Mapping)})
+    for path in sorted(stage_dir.glob("eval_trajectories_*.jsonl")):
+        match = _SPLIT_FILE.match(path.name)
+        if match and match.group(1) not in found:
+            found[match.group(1)] = None
+    return found
+
+
+def _add_stats(columns: Sequence[Column]) -> None:
+    """Each evaluated column's intervals; a change is taken against the previous evaluated
+    column of the same split (a run's stages in order)."""
+    previous: dict[str, Column] = {}
+    for column in columns:
+        ev = column.evaluation
+        if not isinstance(ev, Mapping):
+            continue
+        stats: dict[str, Any] = {}
+        for name, interval in (("sr", sr_interval(ev)), ("explored", explored_interval(ev))):
+            if interval is not None:
+                stats[name] = interval.to_dict()
+        before = previous.get(column.split) if column.split is not None else None
+        change = None if before is None else sr_change(ev, before.evaluation or {})
+        if change is not None and before is not None:
+            stats["change"], stats["change_from"] = change.to_dict(), before.key
+        column.stats = stats
+        if column.split is not None:
+            previous[column.split] = column
 
 
 def _semantics(given: Any, kind: str) -> str | None:
@@ -245,6 +343,7 @@ def _trajectories(path: Path, tasks: Mapping[str, Any]) -> Source:
     if not column.episodes:
         column.notes.append(f"{path.name} holds no episodes")
     column.evaluation = _summarize(column.episodes.values())
+    _add_stats([column])
     return Source(path.stem, str(path), "trajectories", [column])
 
 
@@ -284,6 +383,7 @@ def _report(path: Path, data: Mapping[str, Any], tasks: Mapping[str, Any]) -> So
         ep = _episode(raw, tasks, str(path))
         column.episodes[ep["instance_id"]] = ep
     column.evaluation = _summarize(column.episodes.values())
+    _add_stats([column])
     return Source(path.stem, str(path), "report", [column])
 
 
@@ -302,6 +402,7 @@ def _summarize(episodes: Any) -> dict[str, Any]:
     calls = sum(int(ep.get("tool_calls") or 0) for ep in eps)
     invalid = sum(int(ep.get("invalid_tool_calls") or 0) for ep in eps)
     submitted = sum(ep.get("stop_reason") == "submitted" for ep in eps)
+    looked = [explored_first(_tools(ep)) for ep in eps if ep.get("turn_log")]
     return {
         "n": n,
         "success_rate": sum(bool(ep.get("success")) for ep in eps) / n if n else None,
@@ -310,7 +411,21 @@ def _summarize(episodes: Any) -> dict[str, Any]:
         "tool_call_validity": (calls - invalid) / calls if calls else None,
         "submission_rate": submitted / n if n else None,
         "stop_reasons": stops,
+        # only where every episode kept its turns (a --json report keeps none)
+        "explored_first": sum(looked) if n and len(looked) == n else None,
+        "explored_first_rate": sum(looked) / n if n and len(looked) == n else None,
     }
+
+
+def _tools(episode: Mapping[str, Any]) -> list[str]:
+    """The tools an episode's turns called, in order (`birdrl.training.curriculum`'s
+    ``tools_called`` on a trajectory record)."""
+    return [
+        str(call.get("name"))
+        for turn in episode.get("turn_log") or []
+        for call in (turn.get("calls") or [] if isinstance(turn, Mapping) else [])
+        if isinstance(call, Mapping)
+    ]
 
 
 def load_source(path: str | Path, tasks: Mapping[str, Any] | None = None) -> Source:

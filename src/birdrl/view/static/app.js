@@ -122,7 +122,8 @@
   function sameSourcePrevious(cell) {
     const col = columnOf(cell);
     const prev = COLUMNS[cell - 1];
-    return prev && prev.sourceIndex === col.sourceIndex ? cell - 1 : null;
+    // the previous stage of the same run and held-out split (a run lists each split's stages together)
+    return prev && prev.sourceIndex === col.sourceIndex && prev.split === col.split ? cell - 1 : null;
   }
 
   function outcomeName(code) {
@@ -292,10 +293,46 @@
     return parts.join("; ") || "—";
   }
 
-  function stageTable(source) {
-    const cols = source.columns;
+  function bounds(iv, signed) {
+    if (!iv) return null;
+    const f = (v) => (signed && v > 0 ? "+" : "") + (100 * v).toFixed(1);
+    return h("span", { class: "interval", title: "95% interval" }, `[${f(iv.low)}, ${f(iv.high)}]`);
+  }
+
+  function changeCell(stats) {
+    // the SR change against the previous stage of the split, with its 95% interval (Newcombe's)
+    const c = stats && stats.change;
+    if (!c) return null;
+    const d = 100 * c.estimate;
+    const same = c.low <= 0 && c.high >= 0;
+    const cls = same ? "zero" : d > 0 ? "up" : "down";
+    const text = Math.abs(d) < 0.05 ? "±0" : (d > 0 ? "+" : "") + d.toFixed(1);
+    const why = same ? "not distinguishable from no change: the 95% interval includes 0" : "the 95% interval excludes 0";
+    return h("span", { class: "delta " + cls, title: why }, text, " ", bounds(c, true), same ? " ~0" : null);
+  }
+
+  function exploredCell(col) {
+    const ev = col.evaluation;
+    const iv = col.stats && col.stats.explored;
+    const cell = [iv ? pct(iv.estimate) : "—", " ", bounds(iv)];
+    if (ev && ev.explored_first !== undefined && ev.explored_first !== null) cell.splice(1, 0, ` (${ev.explored_first}/${ev.n})`);
+    if (col.stage === 3 && ev) cell.push(h("div", { class: "hint" }, "stage 3 trains single-turn: it cannot learn to look"));
+    return cell;
+  }
+
+  function splitsOf(source) {
+    // [[split, columns]] in the order the source lists them (null: a plain evaluation)
+    const groups = new Map();
+    for (const col of source.columns) {
+      if (!groups.has(col.split)) groups.set(col.split, []);
+      groups.get(col.split).push(col);
+    }
+    return [...groups.entries()];
+  }
+
+  function stageTable(source, cols) {
     const cats = [...new Set(cols.flatMap((c) => Object.keys((c.evaluation || {}).per_category || {})))];
-    const head = ["column", "time", "scoring", "SR", ...cats, "tool-call validity", "submitted", "mean reward", "stop reasons", "training signal", ""];
+    const head = ["column", "time", "scoring", "SR [95% interval]", "Δ SR [95% interval]", ...cats, "tool-call validity", "submitted", "explored first [95% interval]", "mean reward", "stop reasons", "training signal", ""];
     const table = h("table", { class: "stages" }, h("thead", {}, h("tr", {}, head.map((x) => h("th", {}, x)))));
     const body = h("tbody");
     let prev = null;
@@ -313,10 +350,12 @@
           h("td", {}, h("a", { href: `#/tasks?col=${col.cell}` }, col.title)),
           h("td", {}, seconds),
           h("td", { title: "scoring semantics (docs/evaluation.md)" }, col.semantics || "—"),
-          h("td", {}, ev ? pct(ev.success_rate) : "not evaluated", " ", ev ? delta(ev.success_rate, pev && pev.success_rate) : null),
+          h("td", { class: "sr" }, ev ? pct(ev.success_rate) : "not evaluated", " ", ev ? bounds(col.stats && col.stats.sr) : null),
+          h("td", { class: "change" }, ev && pev ? changeCell(col.stats) || delta(ev.success_rate, pev.success_rate) : "—"),
           catCells,
           h("td", {}, ev ? pct(ev.tool_call_validity) : "—"),
           h("td", {}, ev ? (ev.submitted !== undefined ? `${ev.submitted}/${ev.n}` : pct(ev.submission_rate)) : "—"),
+          h("td", { class: "explored" }, ev ? exploredCell(col) : "—"),
           h("td", {}, ev ? num(ev.mean_reward) : "—"),
           h("td", {}, stops),
           h("td", { class: "signal" }, signalText(col)),
@@ -343,16 +382,27 @@
         page.append(section);
         continue;
       }
-      section.append(stageTable(source));
-      const evaluated = source.columns.filter((c) => c.evaluation && c.evaluation.success_rate !== null && c.evaluation.success_rate !== undefined);
-      if (evaluated.length > 1) {
-        const labels = evaluated.map((c) => c.title.replace(/:.*/, ""));
-        const series = [
-          ["SR", "success_rate"], ["tool-call validity", "tool_call_validity"],
-          ["submission rate", "submission_rate"], ["mean reward", "mean_reward"],
-        ].map(([name, key]) => ({ name, points: evaluated.map((c, i) => [i, c.evaluation[key]]).filter((p) => p[1] !== null && p[1] !== undefined) }));
-        section.append(h("div", { class: "charts" }, lineChart("held-out evaluation per stage", series, { xlabels: labels, xname: "stage", zero: true })));
+      const splits = splitsOf(source);
+      const charts = h("div", { class: "charts" });
+      for (const [split, cols] of splits) {
+        const tasks = split === null ? null : (source.splits || {})[split];
+        const name = split === null || split === "held-out" ? "held-out evaluation" : "held-out split " + split;
+        if (split !== null) {
+          section.append(h("h3", { class: "split", "data-split": split }, split === "held-out" ? "Held-out tasks" : "Held-out split: " + split, tasks ? h("small", {}, " ", tasks) : null));
+        }
+        section.append(stageTable(source, cols));
+        const evaluated = cols.filter((c) => c.evaluation && c.evaluation.success_rate !== null && c.evaluation.success_rate !== undefined);
+        if (evaluated.length > 1) {
+          const labels = evaluated.map((c) => c.title.replace(/:.*/, ""));
+          const series = [
+            ["SR", "success_rate"], ["tool-call validity", "tool_call_validity"],
+            ["submission rate", "submission_rate"], ["explored first", "explored_first_rate"], ["mean reward", "mean_reward"],
+          ].map(([label, key]) => ({ name: label, points: evaluated.map((c, i) => [i, c.evaluation[key]]).filter((p) => p[1] !== null && p[1] !== undefined) }))
+            .filter((ser) => ser.points.length);
+          charts.append(lineChart(name + " per stage", series, { xlabels: labels, xname: "stage", zero: true }));
+        }
       }
+      if (charts.childNodes.length) section.append(charts);
       const notes = source.columns.filter((c) => c.notes && c.notes.length);
       if (notes.length) {
         section.append(details("Stage notes", false, notes.map((c) => h("div", {}, h("h4", {}, c.title), h("ul", {}, c.notes.map((n) => h("li", {}, n)))))));
