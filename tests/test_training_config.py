@@ -105,13 +105,14 @@ def test_held_out_splits_in_tables_and_the_easy_shorthand(tmp_path: Path) -> Non
     assert config_to_dict(config)["evaluation"]["splits"][0] == {
         "label": "explore", "tasks": "bundled:test", "limit": 5
     }  # fmt: skip
-    # the same through --set, and the tiny preset's easy split as before
+    # the same through --set, and the tiny preset's easy and explore splits
     tiny = load_preset("tiny")
-    assert [s.label for s in tiny.held_out_splits()] == ["easy"]
-    again = apply_overrides(tiny, ['evaluation.splits=[{label="explore", tasks="bundled:test"}]'])
-    assert [s.label for s in again.held_out_splits()] == ["easy", "explore"]
+    assert [s.label for s in tiny.held_out_splits()] == ["easy", "explore"]
+    again = apply_overrides(tiny, ['evaluation.splits=[{label="more", tasks="bundled:test"}]'])
+    assert [s.label for s in again.held_out_splits()] == ["easy", "more"]
     # an empty easy_eval_tasks drops the easy split (its easy_limit then counts for nothing)
-    assert apply_overrides(tiny, ["easy_eval_tasks=''"]).held_out_splits() == []
+    dropped = apply_overrides(tiny, ["easy_eval_tasks=''"]).held_out_splits()
+    assert [s.label for s in dropped] == ["explore"]
 
 
 @pytest.mark.parametrize(
@@ -151,9 +152,10 @@ def test_a_run_written_before_a_new_setting_resumes(tmp_path: Path) -> None:
 
     from birdrl.training.curriculum import _check_run_dir
 
-    config = load_preset("tiny")
+    config = CurriculumConfig()  # no splits, no stage tasks, nothing skipped: the defaults
     old = config_to_dict(config)
     del old["evaluation"]["splits"]
+    del old["evaluation"]["skip_stages"]
     for n in (1, 2, 3, 4):
         del old[f"stage{n}"]["tasks"]
     (tmp_path / "config.json").write_text(json.dumps(old))
@@ -162,3 +164,10 @@ def test_a_run_written_before_a_new_setting_resumes(tmp_path: Path) -> None:
     changed = apply_overrides(config, ['evaluation.splits=[{label="x", tasks="bundled:test"}]'])
     with pytest.raises(ConfigError, match="changed: evaluation"):
         _check_run_dir(tmp_path, changed, resume=True)
+
+
+def test_stages_left_unevaluated_are_named_and_checked() -> None:
+    config = apply_overrides(load_preset("tiny"), ["evaluation.skip_stages=[1]"])
+    assert [config.evaluation.evaluates(n) for n in (1, 2, 3, 4)] == [False, True, True, True]
+    with pytest.raises(ConfigError, match=r"skip_stages holds stages 1-4, not \[0\]"):
+        apply_overrides(load_preset("tiny"), ["evaluation.skip_stages=[0]"])

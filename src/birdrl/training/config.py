@@ -202,6 +202,19 @@ class EvalSettings:
     splits: list[HeldOutSplit] = field(default_factory=list)
     """More held-out splits, each evaluated after every stage in the same batch as
     ``eval_tasks`` and reported apart with its own intervals."""
+    skip_stages: list[int] = field(default_factory=list)
+    """Training stages (1-4) not evaluated after they train: the report's row says so and
+    the next stage's change is measured from the last evaluated one. For a stage that
+    teaches nothing measurable at a preset's size (stage 1 of ``tiny``)."""
+
+    def __post_init__(self) -> None:
+        wrong = [n for n in self.skip_stages if n not in (1, 2, 3, 4)]
+        if wrong:
+            raise ConfigError(f"evaluation.skip_stages holds stages 1-4, not {wrong}")
+
+    def evaluates(self, stage: int) -> bool:
+        """Whether `stage` is evaluated after it trains."""
+        return stage not in self.skip_stages
 
 
 SHARDINGS = ("ddp", "zero2", "zero3", "fsdp")

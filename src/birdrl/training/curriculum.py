@@ -717,7 +717,11 @@ def run_curriculum(
             with state.generation.stage_training():
                 output = state.train_stage(stage, model)
             model = output.model_dir
-            evaluation = stage.evaluate(state, model)
+            evaluation = None
+            if config.evaluation.evaluates(stage.number):
+                evaluation = stage.evaluate(state, model)
+            else:
+                state.say(f"stage {stage.number}: not evaluated (evaluation.skip_stages)")
             record = StageRecord(
                 stage.number,
                 stage.name,
