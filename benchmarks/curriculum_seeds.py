@@ -86,14 +86,24 @@ def _count(ev: Mapping[str, Any], rate: str) -> tuple[int, int] | None:
     return round(value * n), n
 
 
-def _interval(values: Sequence[float]) -> dict[str, float | None] | None:
-    """Mean and t interval of `values`; with one value the bounds are None (unknown)."""
+def _interval(
+    values: Sequence[float], lowest: float = 0.0, highest: float = 1.0
+) -> dict[str, float | None] | None:
+    """Mean and t interval of `values`, clipped to what the quantity can be ([0, 1] for a
+    rate, [-1, 1] for a change of one); with one value the bounds are None (unknown), and
+    ``spread`` is False when every value is the same (a t interval of width 0 bounds
+    nothing)."""
     if not values:
         return None
     found = mean_interval(values)
     if len(values) == 1:
-        return {"estimate": found.estimate, "low": None, "high": None}
-    return found.to_dict()
+        return {"estimate": found.estimate, "low": None, "high": None, "spread": False}
+    return {
+        "estimate": found.estimate,
+        "low": max(lowest, found.low),
+        "high": min(highest, found.high),
+        "spread": max(values) - min(values) > 1e-9,  # differences of rates carry rounding
+    }
 
 
 def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
@@ -133,7 +143,7 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
             }
             if previous is not None:
                 paired = [rates[s] - previous[s] for s in rates if s in previous]
-                row["change"], row["change_from"] = _interval(paired), previous_stage
+                row["change"], row["change_from"] = _interval(paired, -1.0), previous_stage
             rows.append(row)
             if rates:
                 previous, previous_stage = rates, stage
@@ -156,6 +166,8 @@ def _verdict(iv: Mapping[str, Any] | None) -> str:
         return "—"
     if iv["low"] is None:
         return "one seed cannot tell"
+    if not iv.get("spread", True) and iv["estimate"] != 0:
+        return "the same in every seed: no spread to bound it"
     if Interval(iv["estimate"], iv["low"], iv["high"]).includes_zero:
         return "not distinguishable from no change"
     return "increase" if iv["estimate"] > 0 else "decrease"

@@ -87,17 +87,21 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     assert list(summary["splits"]) == ["held-out", "again"]
     rows = {r["stage"]: r for r in summary["splits"]["held-out"]}
     sr2 = mean_interval([1 / 6, 2 / 6, 3 / 6])
-    assert rows[2]["success_rate"] == pytest.approx(sr2.to_dict())
+    clipped = dict(sr2.to_dict(), low=0.0, spread=True)  # a rate's interval stops at 0
+    assert sr2.low < 0 and rows[2]["success_rate"] == pytest.approx(clipped)
     assert rows[2]["pooled"] == wilson(6, 18).to_dict()
-    assert rows[2]["change"] == pytest.approx(sr2.to_dict()) and rows[2]["change_from"] == 1
-    assert rows[2]["success_rate"]["low"] < 0  # 3 seeds this far apart: a wide interval
-    assert rows[3]["change"] == {"estimate": 0.0, "low": 0.0, "high": 0.0}
-    assert rows[4]["change"] == pytest.approx({"estimate": 2 / 6, "low": 2 / 6, "high": 2 / 6})
-    looked = mean_interval([3 / 6, 4 / 6, 5 / 6]).to_dict()
+    change2 = dict(sr2.to_dict(), spread=True)  # a change may be negative
+    assert rows[2]["change"] == pytest.approx(change2) and rows[2]["change_from"] == 1
+    same = {"estimate": 0.0, "low": 0.0, "high": 0.0, "spread": False}
+    assert rows[3]["change"] == same
+    third = {"estimate": 2 / 6, "low": 2 / 6, "high": 2 / 6, "spread": False}
+    assert rows[4]["change"] == pytest.approx(third)
+    looked = dict(mean_interval([3 / 6, 4 / 6, 5 / 6]).to_dict(), high=1.0, spread=True)
     assert rows[4]["explored_first"] == pytest.approx(looked)
-    assert rows[2]["explored_first"] == {"estimate": 0.0, "low": 0.0, "high": 0.0}
+    assert rows[2]["explored_first"] == same
     again = {r["stage"]: r for r in summary["splits"]["again"]}
-    assert again[4]["success_rate"] == pytest.approx(mean_interval([0, 1 / 6, 2 / 6]).to_dict())
+    again4 = mean_interval([0, 1 / 6, 2 / 6]).to_dict()
+    assert again[4]["success_rate"] == pytest.approx(dict(again4, low=0.0, spread=True))
     assert again[4]["pooled"] == wilson(3, 18).to_dict()
 
     text = script.to_markdown(summary)
@@ -105,7 +109,11 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     main = text.split("### split again")[0]
     row4 = next(line for line in main.splitlines() if line.startswith("| 4 |"))
     assert row4.startswith("| 4 | multi-turn GRPO | 6 | 66.7% [")
-    assert "| +33.3 [+33.3, +33.3] (from stage 3) | increase | 66.7% [" in row4
+    # the same change in every seed: no spread, so no verdict from a width-0 interval
+    assert (
+        "| +33.3 [+33.3, +33.3] (from stage 3) | the same in every seed: no spread to bound it | 66.7% ["
+        in row4
+    )
     row3 = next(line for line in main.splitlines() if line.startswith("| 3 |"))
     assert "| not distinguishable from no change |" in row3
     assert row3.endswith("(stage 3 trains single-turn: it cannot learn to look) |")
