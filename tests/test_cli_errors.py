@@ -159,6 +159,41 @@ def test_predictions_for_no_task_are_counted_and_named(db_root: Path, tmp_path: 
     assert (summary["overall"]["total"], summary["overall"]["success"]) == (2, 1)
 
 
+def test_an_infrastructure_failure_is_not_reported_as_a_score(
+    db_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that refuses the replica user scores nothing: the run says how many tasks
+    could not be scored, names the likely cause and exits non-zero (before: SR 0.0%, exit 0)."""
+    from birdrl.db.errors import PoolError
+    from birdrl.evaluation.evaluator import Evaluator
+    from birdrl.evaluation.unscored import UNSCORED_EXIT
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise PoolError(
+            "(1045, \"Access denied for user 'birdrl_u1'@'localhost' (using password: YES)\")"
+        )
+
+    monkeypatch.setattr(Evaluator, "_phase", refused)
+    first, second = bundled_records(2)
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [first, second])
+    preds = write_jsonl(
+        tmp_path / "preds.jsonl",
+        [{"instance_id": r["instance_id"], "pred_sqls": r["sol_sql"]} for r in (first, second)],
+    )
+    report = tmp_path / "report.json"
+    result = invoke(
+        "eval", "--tasks", str(tasks), "--db-root", str(db_root), "--predictions", str(preds),
+        "--workers", "1", "--json", str(report),
+    )  # fmt: skip
+    assert result.exit_code == UNSCORED_EXIT, result.output
+    text = normalized(result.output)
+    assert "2 of 2 task(s) could not be scored" in text and "not a benchmark result" in text
+    assert "first error:" in text and "Access denied for user 'birdrl_u1'" in text
+    assert "anonymous ''@'localhost'" in text
+    summary = json.loads(report.read_text())["summary"]  # the report is still written
+    assert summary["infra_errors"] == 2 and "Access denied" in summary["first_infra_error"]
+
+
 # 5. tasks without a reference solution ------------------------------------------------------
 
 

@@ -83,6 +83,7 @@ def summarize_trajectories(
         execution_errors=sum(t.execution_error for t in trajectories),
         timeouts=sum(t.timeout_error or t.stop_reason == "timeout" for t in trajectories),
         infra_errors=sum(t.infra_error is not None for t in trajectories),
+        first_infra_error=next((t.infra_error for t in trajectories if t.infra_error), None),
         invalid_tasks=sum(t.issue_sql_passed for t in trajectories),
         skipped_tasks=skipped_tasks,
         extra={

@@ -42,6 +42,7 @@ from birdrl.evaluation.suite import (
     load_predictions,
     write_predictions,
 )
+from birdrl.evaluation.unscored import UNSCORED_EXIT, unscored_message
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.view.build import build_view
 
@@ -237,6 +238,7 @@ def eval_command(
         )
         render_skipped(bench, console)
         rows: list[tuple[DialectRun, Summary]] = []
+        failed: list[str] = []
         reports: dict[str, Any] = {}
         servers = {"postgresql": pg_dsn, "mysql": mysql_dsn}
         for name in names:
@@ -251,6 +253,10 @@ def eval_command(
             reports[name] = {**report, "semantics": str(run.config.semantics)}
             title = f"{tasks} ({agent or predictions})"
             render_summary(summary, title if len(names) == 1 else f"{title}, {name}", console)
+            unscored = unscored_message(summary)
+            if unscored is not None:
+                failed.append(name)
+                console.print(f"[bold red]{escape(unscored)}[/]", highlight=False)
             if export_predictions is not None:
                 target = export_predictions
                 if len(names) > 1:
@@ -266,6 +272,8 @@ def eval_command(
             out = reports[names[0]] if len(names) == 1 else reports
             json_path.write_text(json.dumps(out, indent=2) + "\n")
             console.print(f"report written to [bold]{json_path}[/]", highlight=False)
+        if failed:  # a misconfigured server must not pass as a benchmark number
+            raise typer.Exit(UNSCORED_EXIT)
 
 
 def _score_run(

@@ -43,6 +43,8 @@ class Summary:
     """Predictions whose instance_id matches no task (not scored)."""
     skipped_tasks: int = 0
     """Malformed tasks left out before scoring (``skip_invalid``); not in `overall`."""
+    first_infra_error: str | None = None
+    """The first infrastructure error's message (`birdrl.evaluation.unscored`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,6 +75,7 @@ def summarize(
         execution_errors=sum(r.execution_error for r in reports),
         timeouts=sum(r.timeout_error for r in reports),
         infra_errors=sum(r.infra_error is not None for r in reports),
+        first_infra_error=next((r.infra_error for r in reports if r.infra_error), None),
         invalid_tasks=sum(r.issue_sql_passed for r in reports),
         missing_predictions=missing_predictions,
         unmatched_predictions=unmatched_predictions,
