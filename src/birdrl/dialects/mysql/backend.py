@@ -111,6 +111,26 @@ class MySQLBackend:
         without them dirty detection reads ``CHECKSUM TABLE``."""
         self._prepare(self._admin)
         self.user_host = "%"
+        self._refuse_shadowing_accounts()
+
+    def _refuse_shadowing_accounts(self) -> None:
+        """Stop before anything is scored when anonymous accounts on a specific host exist
+        (``mariadb-install-db`` creates ``''@'localhost'`` and ``''@'<hostname>'``): the
+        server matches the most specific host first, so a replica user ``u@'%'`` connecting
+        from that host is taken for the anonymous account and denied, and every task would
+        fail to score."""
+        with self._admin.cursor() as cur:
+            cur.execute("SELECT Host FROM mysql.user WHERE User = '' AND Host <> '%'")
+            hosts = [str(r[0]) for r in cur.fetchall()]
+        if hosts:
+            accounts = ", ".join(f"''@'{h}'" for h in hosts)
+            drops = " ".join(f"DROP USER ''@'{h}';" for h in hosts)
+            raise PoolConfigError(
+                f"the MySQL server has anonymous account(s) {accounts}: they match "
+                f"birdrl's replica users ({self.prefix}_u...@'%') before their own accounts, "
+                f"so every replica connection would be denied. Remove them ({drops} or "
+                "mysql_secure_installation) and run again"
+            )
 
     # -- admin connections ------------------------------------------------------------------
 
