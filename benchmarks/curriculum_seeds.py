@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from birdrl.evaluation.intervals import Interval, mean_interval, wilson
 from birdrl.training.config import MAIN_SPLIT, apply_overrides, load_preset
-from birdrl.training.intervals import Interval, mean_interval, wilson
 from birdrl.training.report import StageRecord, markdown_table
 from birdrl.training.stages import CURRICULUM
 

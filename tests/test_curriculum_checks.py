@@ -34,7 +34,7 @@ def test_held_out_tasks_that_overlap_training_warn_or_refuse(tmp_path: Path) -> 
     said: list[str] = []
     leaky = apply_overrides(load_preset("tiny"), ["eval_tasks='bundled:train-easy'"])
     run = _Run(leaky, tmp_path / "leaky", said.append)
-    assert run.overlap.describe().startswith("12 of 44 tasks share text (query 12, db_query 12")
+    assert run.overlap.describe().startswith("12 of 95 tasks share text (query 12, db_query 12")
     assert [m for m in said if m.startswith("warning: held-out tasks overlap the training")]
     refused = apply_overrides(leaky, ["refuse_overlap=true"])
     with pytest.raises(ConfigError, match="refused \\(refuse_overlap = true\\)"):

@@ -18,9 +18,9 @@ from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent, summarize_tr
 from birdrl.agents.rollout import RolloutConfig, Trajectory
 from birdrl.agents.scripted import ScriptedAgent
 from birdrl.env.sqlact import EnvConfig
+from birdrl.evaluation.intervals import mean_interval, wilson
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.training.curriculum import policy_summary
-from birdrl.training.intervals import mean_interval, wilson
 from birdrl.training.report import StageRecord
 
 SCRIPT = Path(__file__).parents[1] / "benchmarks" / "curriculum_seeds.py"

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from birdrl.training.intervals import (
+from birdrl.evaluation.intervals import (
     mean_interval,
     newcombe_difference,
     newcombe_paired,

@@ -361,7 +361,7 @@ def test_paired_changes_and_the_exploring_share(tmp_path: Path) -> None:
     """The same tasks at every stage: changes get Newcombe's paired interval (narrower than
     the independent one when the same tasks stay solved), and every stage its exploring
     share; stage 3's row says it cannot learn to look."""
-    from birdrl.training.intervals import newcombe_paired
+    from birdrl.evaluation.intervals import newcombe_paired
 
     evs = {
         2: _outcomes({0, 1, 2}, set()),

@@ -228,7 +228,7 @@ def test_every_evaluated_split_gets_its_columns_with_intervals(split_run: Path) 
     column per stage after the main split's, its episodes, and intervals: Wilson for SR
     and the exploring share, Newcombe's paired one for the change from the split's own
     previous stage (never from another split's)."""
-    from birdrl.training.intervals import newcombe_paired, wilson
+    from birdrl.evaluation.intervals import newcombe_paired, wilson
 
     site = build_view([split_run]).parent
     index = read_data(site, "index")

@@ -416,7 +416,7 @@ def test_a_stage4_episode_runs_on_the_engine(tiny32: Path, tmp_path: Path) -> No
     from birdrl.training.config import GRPOStageConfig, apply_overrides, load_preset
     from birdrl.training.generation import RunGeneration, plan_generation
     from birdrl.training.grpo import EpisodeRollouts, run_grpo_stage
-    from birdrl.training.stages import MultiTurnGRPO
+    from birdrl.training.stages import MultiTurnGRPO, TrainingTasks
 
     bench = open_benchmark("bundled:train")
     task = bench.debugging_tasks()[0]
@@ -431,7 +431,9 @@ def test_a_stage4_episode_runs_on_the_engine(tiny32: Path, tmp_path: Path) -> No
     class Ctx:  # what MultiTurnGRPO.dataset reads
         def __init__(self) -> None:
             self.config = config
-            self.train = bench
+
+        def training(self, stage: int) -> TrainingTasks:
+            return TrainingTasks("bundled:train", bench, [task])
 
     rows = MultiTurnGRPO().dataset(Ctx(), [task]).rows  # type: ignore[arg-type]
     generation = RunGeneration(config, plan_generation(config, 1))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Message", "ParsedTurn", "StepResult", "StopReason", "ToolCall"]
+__all__ = ["Message", "ParsedTurn", "StepResult", "StopReason", "ToolCall", "explored_first"]
 
 Message = dict[str, Any]
 """A chat message in the OpenAI format: ``{"role": "system"|"user"|"assistant"|"tool",
@@ -58,3 +58,10 @@ class StepResult:
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
+
+
+def explored_first(tools: list[str]) -> bool:
+    """Whether an episode that called `tools` (in order) ran ``execute_sql`` before its
+    first ``submit_solution`` (or at all, when it never submitted)."""
+    end = tools.index("submit_solution") if "submit_solution" in tools else len(tools)
+    return "execute_sql" in tools[:end]

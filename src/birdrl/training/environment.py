@@ -30,7 +30,7 @@ from birdrl.db.remote import RemotePool, RemoteTemplate
 from birdrl.db.replica import Template
 from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig, SQLActEnv
-from birdrl.env.types import StopReason, ToolCall
+from birdrl.env.types import StopReason, ToolCall, explored_first
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import Evaluator
 from birdrl.tasks.model import Task
@@ -91,13 +91,6 @@ class EpisodeStats:
                 "leases": [list(x) for x in self.leases],
                 "history": [dict(e, tools=list(e["tools"])) for e in self.history],
             }
-
-
-def explored_first(tools: list[str]) -> bool:
-    """Whether an episode that called `tools` (in order) ran ``execute_sql`` before its
-    first ``submit_solution`` (or at all, when it never submitted)."""
-    end = tools.index("submit_solution") if "submit_solution" in tools else len(tools)
-    return "execute_sql" in tools[:end]
 
 
 class ToolEnvSession:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
+from birdrl.evaluation.intervals import Interval, explored_interval, sr_change, sr_interval
 from birdrl.training.diagnostics import WEIGHT_KEY, finite_number, summarize, verdicts
-from birdrl.training.intervals import Interval, newcombe_difference, newcombe_paired, wilson
 
 __all__ = [
     "ReportError",
@@ -248,53 +248,6 @@ def number_cell(value: Any, fmt: str) -> str:
     """`value` formatted with `fmt`, or a dash when it is not a finite number."""
     rate = finite_number(value)
     return DASH if rate is None else format(rate, fmt)
-
-
-def _outcomes(ev: Mapping[str, Any]) -> dict[str, bool] | None:
-    """Each task's success in an evaluation (None: a record without ``per_task``)."""
-    per = ev.get("per_task")
-    if not isinstance(per, Mapping) or not per:
-        return None
-    return {str(iid): bool(e.get("success")) for iid, e in per.items() if isinstance(e, Mapping)}
-
-
-def _count(ev: Mapping[str, Any], rate_key: str, count_key: str) -> tuple[int, int] | None:
-    """(count, n) behind a recorded rate: the count when recorded, else rate × n."""
-    n, rate = ev.get("n"), finite_number(ev.get(rate_key))
-    if not isinstance(n, int) or n <= 0 or rate is None:
-        return None
-    count = ev.get(count_key)
-    return (count if isinstance(count, int) else round(rate * n)), n
-
-
-def sr_interval(ev: Mapping[str, Any]) -> Interval | None:
-    """The success rate of an evaluation with its Wilson 95% interval (None: not measured)."""
-    outcomes = _outcomes(ev)
-    if outcomes is not None and len(outcomes) == ev.get("n"):
-        return wilson(sum(outcomes.values()), len(outcomes))
-    found = _count(ev, "success_rate", "solved")
-    return None if found is None else wilson(*found)
-
-
-def explored_interval(ev: Mapping[str, Any]) -> Interval | None:
-    """The share of episodes that ran ``execute_sql`` before submitting, with its Wilson
-    95% interval (None: a record from before it was measured)."""
-    found = _count(ev, "explored_first_rate", "explored_first")
-    return None if found is None else wilson(*found)
-
-
-def sr_change(ev: Mapping[str, Any], prev: Mapping[str, Any]) -> Interval | None:
-    """The change of the success rate from `prev` to `ev` with its 95% interval:
-    Newcombe's paired interval when both evaluated the same tasks (the curriculum's
-    stages do), his independent one otherwise; None when either rate is missing."""
-    before, after = _outcomes(prev), _outcomes(ev)
-    if before is not None and after is not None and before.keys() == after.keys():
-        ids = sorted(before)
-        return newcombe_paired([before[i] for i in ids], [after[i] for i in ids])
-    a, b = _count(prev, "success_rate", "solved"), _count(ev, "success_rate", "solved")
-    if a is None or b is None:
-        return None
-    return newcombe_difference(b[0], b[1], a[0], a[1])
 
 
 def _bounds(iv: Interval, signed: bool = False) -> str:

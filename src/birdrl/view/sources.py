@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from birdrl.env.types import explored_first
 from birdrl.errors import BirdrlError
-from birdrl.training.environment import explored_first
-from birdrl.training.report import explored_interval, sr_change, sr_interval
+from birdrl.evaluation.intervals import explored_interval, sr_change, sr_interval
 
 __all__ = [
     "Column",
@@ -67,7 +67,7 @@ class Column:
     episodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: list[dict[str, Any]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
-    """95% intervals (`birdrl.training.intervals`), each ``{estimate, low, high}``:
+    """95% intervals (`birdrl.evaluation.intervals`), each ``{estimate, low, high}``:
     ``sr`` (Wilson), ``explored`` (the share of episodes that ran execute_sql before
     submitting), ``change`` (the SR against ``change_from``, the previous evaluated column
     of the same split: Newcombe's, paired over the same tasks)."""
