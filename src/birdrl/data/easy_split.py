@@ -25,10 +25,9 @@ from pathlib import Path
 from birdrl.data.mutations import parse_sql, render_sql
 from birdrl.data.sql_examples import SQLExample
 from birdrl.data.synthesize import synthesize_tasks
-from birdrl.errors import BirdrlError
 from birdrl.tasks.benchmark import bundled_task_file, open_benchmark
 from birdrl.tasks.model import Task, TextToSQLTask
-from birdrl.tasks.overlap import find_overlap
+from birdrl.tasks.overlap import refuse_overlap
 
 __all__ = [
     "EASY_SPLIT",
@@ -37,6 +36,7 @@ __all__ = [
     "build_easy_split",
     "build_train_easy_split",
     "write_easy_split",
+    "write_task_file",
     "write_train_easy_split",
 ]
 
@@ -56,7 +56,7 @@ def build_easy_split(
         if len(t.sol_sql) == 1 and not t.preprocess_sql
     ]
     out = _synthesize(examples, databases, "easy", per_sql=1, seed=seed)
-    _refuse_overlap(out, train, "the easy split", "the training split")
+    refuse_overlap(out, train, "the easy split", "the training split")
     return out
 
 
@@ -82,7 +82,7 @@ def build_train_easy_split(
         replace(task, sol_sql=(render_sql(parse_sql(task.sol_sql[0]), pretty=True),))
         for task in _synthesize(examples, databases, "train_easy", per_sql=2, seed=seed)
     ]
-    _refuse_overlap(out, heldout, "the train-easy split", "the held-out splits")
+    refuse_overlap(out, heldout, "the train-easy split", "the held-out splits")
     return out
 
 
@@ -105,13 +105,6 @@ def _synthesize(
     return out
 
 
-def _refuse_overlap(tasks: list[Task], other: list[Task], name: str, other_name: str) -> None:
-    shared = find_overlap(tasks, other)
-    if shared:
-        listed = "; ".join(f"{o.task} {o.kind} = {o.other}'s: {o.text[:60]!r}" for o in shared)
-        raise BirdrlError(f"{name} shares text with {other_name}: {listed}")
-
-
 def write_easy_split(path: Path | None = None, db_root: Path | None = None) -> Path:
     """Build the split from the bundled test and train splits (databases under `db_root`,
     default: the per-user cache) and write it (JSONL in the official format) to `path`
@@ -119,7 +112,9 @@ def write_easy_split(path: Path | None = None, db_root: Path | None = None) -> P
     test = open_benchmark("bundled:test", db_root)
     train = open_benchmark("bundled:train", db_root).debugging_tasks()
     tasks = build_easy_split(test.debugging_tasks(), train, test.databases)
-    return _write(tasks, path or bundled_task_file("test").with_name(f"{EASY_SPLIT}.jsonl"))
+    return write_task_file(
+        tasks, path or bundled_task_file("test").with_name(f"{EASY_SPLIT}.jsonl")
+    )
 
 
 def write_train_easy_split(path: Path | None = None, db_root: Path | None = None) -> Path:
@@ -133,10 +128,11 @@ def write_train_easy_split(path: Path | None = None, db_root: Path | None = None
     ]
     tasks = build_train_easy_split(train.debugging_tasks(), text2sql, heldout, train.databases)
     target = path or bundled_task_file("train").with_name(f"{TRAIN_EASY_SPLIT}.jsonl")
-    return _write(tasks, target)
+    return write_task_file(tasks, target)
 
 
-def _write(tasks: list[Task], target: Path) -> Path:
+def write_task_file(tasks: list[Task], target: Path) -> Path:
+    """Write `tasks` as JSON lines in the official format to `target`; returns it."""
     lines = [json.dumps(t.to_record(), ensure_ascii=False) for t in tasks]
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return target

@@ -32,7 +32,6 @@ databases; a test checks that the shipped files are what it produces.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import sqlite3
@@ -42,13 +41,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
+from birdrl.data.easy_split import write_task_file
 from birdrl.env.prompts import build_messages
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
 from birdrl.tasks.benchmark import bundled_task_file, open_benchmark
 from birdrl.tasks.model import Task
-from birdrl.tasks.overlap import find_overlap
+from birdrl.tasks.overlap import refuse_overlap
 
 __all__ = [
     "MUTATIONS",
@@ -456,8 +456,10 @@ def build_explore_splits(
     test = _number(_valid(sides["test"], databases, eval_config), "explore")
     train = _number(_valid(sides["train"], databases, eval_config), "train_explore")
     check_value_hidden([*test, *train], databases)
-    _refuse_overlap(test, train_side, "test-explore", "the training splits")
-    _refuse_overlap(train, [*test_side, *test], "train-explore", "the held-out splits")
+    refuse_overlap(test, train_side, "test-explore", "the training splits", ExploreSplitError)
+    refuse_overlap(
+        train, [*test_side, *test], "train-explore", "the held-out splits", ExploreSplitError
+    )
     for name, tasks, least in (("test-explore", test, 32), ("train-explore", train, 64)):
         if len(tasks) < least:
             raise ExploreSplitError(f"{name} has {len(tasks)} tasks; at least {least} needed")
@@ -516,13 +518,6 @@ def _number(tasks: list[Task], prefix: str) -> list[Task]:
     return out
 
 
-def _refuse_overlap(tasks: list[Task], other: Sequence[Task], name: str, other_name: str) -> None:
-    shared = find_overlap(tasks, other)
-    if shared:
-        listed = "; ".join(f"{o.task} {o.kind} = {o.other}'s: {o.text[:60]!r}" for o in shared)
-        raise ExploreSplitError(f"{name} shares text with {other_name}: {listed}")
-
-
 def write_explore_splits(
     test_path: Path | None = None, train_path: Path | None = None, db_root: Path | None = None
 ) -> tuple[Path, Path]:
@@ -542,13 +537,10 @@ def write_explore_splits(
     tasks_dir = bundled_task_file("test").parent
     test_target = test_path or tasks_dir / f"{TEST_EXPLORE_SPLIT}.jsonl"
     train_target = train_path or tasks_dir / f"{TRAIN_EXPLORE_SPLIT}.jsonl"
-    return _write(splits.test, test_target), _write(splits.train, train_target)
-
-
-def _write(tasks: list[Task], target: Path) -> Path:
-    lines = [json.dumps(t.to_record(), ensure_ascii=False) for t in tasks]
-    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return target
+    return (
+        write_task_file(splits.test, test_target),
+        write_task_file(splits.train, train_target),
+    )
 
 
 if __name__ == "__main__":

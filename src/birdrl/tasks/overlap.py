@@ -23,9 +23,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from birdrl.errors import BirdrlError
 from birdrl.tasks.model import Task, TextToSQLTask
 
-__all__ = ["KINDS", "Overlap", "OverlapSummary", "find_overlap", "normalize_text"]
+__all__ = ["KINDS", "Overlap", "OverlapSummary", "find_overlap", "normalize_text", "refuse_overlap"]
 
 KINDS = ("query", "db_query", "issue_sql", "sol_sql", "sql")
 """Every kind of shared text, in report order."""
@@ -147,3 +148,18 @@ class OverlapSummary:
                 for o in self.overlaps
             ],
         }
+
+
+def refuse_overlap(
+    tasks: Iterable[Task | TextToSQLTask],
+    others: Iterable[Task | TextToSQLTask],
+    name: str,
+    other_name: str,
+    error: type[BirdrlError] = BirdrlError,
+) -> None:
+    """Raise `error` naming every text `tasks` (called `name`) share with `others`
+    (`other_name`): a synthesized split must not hold a held-out task's text."""
+    shared = find_overlap(tasks, others)
+    if shared:
+        listed = "; ".join(f"{o.task} {o.kind} = {o.other}'s: {o.text[:60]!r}" for o in shared)
+        raise error(f"{name} shares text with {other_name}: {listed}")
