@@ -224,7 +224,7 @@ def test_a_dropped_or_altered_database_is_cloned_whole(my: MySetup, tmp_path: Pa
         replica = _only(pool)
         for statement in (
             f"DROP DATABASE {replica.dbname}",
-            f"ALTER DATABASE {replica.dbname} COLLATE utf8mb4_general_ci",
+            f"ALTER DATABASE {replica.dbname} COLLATE utf8mb4_unicode_ci",
         ):
             _session(pool, "dropper", statement)
             assert replica.need_reset and replica._dirty is None

@@ -61,7 +61,6 @@ HOSTILE = [
     "CREATE EVENT tick ON SCHEDULE EVERY 1 SECOND DO DELETE FROM audit",
     "FLUSH TABLES",
     "SHUTDOWN",
-    "LOCK TABLES customer WRITE",
     # other trajectories
     "XA START 'x'",
     "SELECT GET_LOCK('shared', 0)",
@@ -162,6 +161,41 @@ def _next_lease_sees_nothing(pool: ReplicaPool) -> None:
     assert second.execute('SELECT "text"').rows == (("text",),)  # sql_mode is its own
     assert second.execute("UPDATE customer SET city = city").ok  # no lock is left
     pool.release(second.traj_id)
+
+
+def test_table_locks_end_with_the_lease(my: MySetup, tmp_path: Path) -> None:
+    """LOCK TABLES is granted (tasks use it; the official evaluator runs as root): its locks
+    cover the replica only and end with the session, before the next lease."""
+    with my.pool(tmp_path) as pool:  # one replica: the next lease gets the same one
+        first = pool.acquire("locker", "shop")
+        assert first.execute("LOCK TABLES customer WRITE, audit READ").ok
+        name = my.templates["shop"]
+        refused = first.execute(f"LOCK TABLES {name}.customer READ")
+        assert refused.error_kind == ErrorKind.REFUSED, refused
+        pool.release("locker")  # never unlocked
+        second = pool.acquire("next", "shop")
+        started = time.perf_counter()
+        assert second.execute("UPDATE customer SET city = city").ok
+        assert second.execute("INSERT INTO audit (note) VALUES ('free')").ok
+        assert time.perf_counter() - started < 1.0  # no lock wait
+        pool.release("next")
+
+
+def test_the_task_database_name_means_the_replica(my: MySetup, pool: ReplicaPool) -> None:
+    """On the official server the database has the task's db_id as its name: ``shop.x`` and
+    ``USE shop`` name the trajectory's own replica here, never the template."""
+    before = my.state(my.templates["shop"])
+    lease = pool.acquire("qualified", "shop")
+    (count,) = lease.execute("SELECT COUNT(*) FROM customer").rows[0]
+    assert lease.execute("SELECT COUNT(*) FROM shop.customer").rows == ((count,),)
+    assert lease.execute("SELECT COUNT(*) FROM `shop`.`customer` AS c").rows == ((count,),)
+    assert lease.execute("INSERT INTO shop.audit (note) VALUES ('qualified')").ok
+    assert lease.execute("USE shop; SELECT COUNT(*) FROM audit WHERE note = 'qualified'").rows == (
+        (1,),
+    )
+    assert lease.execute("SELECT 'shop.customer'").rows == (("shop.customer",),)  # text stays
+    pool.release("qualified")
+    assert my.state(my.templates["shop"]) == before
 
 
 def test_a_processlist_shows_no_other_trajectory(my: MySetup, pool: ReplicaPool) -> None:

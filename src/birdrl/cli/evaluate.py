@@ -436,6 +436,13 @@ def render_summary(summary: Summary, title: str, console: Console) -> None:
         f"{invalid}, missing predictions {summary.missing_predictions}{unmatched}",
         highlight=False,
     )
+    if summary.caveats:
+        console.print(
+            f"[yellow]{summary.caveats} task(s) scored, but not as the official evaluator "
+            f"would on its own server:[/] {escape(summary.first_caveat or '')} "
+            "(reports: caveat)",
+            highlight=False,
+        )
     extra = summary.extra
     if extra:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(extra.get("stop_reasons", {}).items()))

@@ -122,6 +122,9 @@ class Prepared:
     """instance_id -> why the task is not scored in this engine."""
     carried_over: bool = False
     """The tasks were rewritten from another dialect: they must be validated here."""
+    caveats: dict[str, str] = field(default_factory=dict)
+    """instance_id -> why this server cannot give the task the official verdict (the
+    evaluator labels its reports, `birdrl.evaluation.evaluator.EvalConfig.caveats`)."""
 
 
 class Engine(Protocol):

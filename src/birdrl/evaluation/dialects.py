@@ -58,7 +58,7 @@ def open_dialect(
     source_tasks = len(bench.debugging_tasks())
     with spec.open_engine(dsn) as engine:
         prepared = engine.prepare(bench)
-        run_config = replace(config, engine=engine)
+        run_config = replace(config, engine=engine, caveats=dict(prepared.caveats))
         if prepared.carried_over:
             run_config = replace(run_config, semantics=Semantics.STRICT)
         kept, dropped = prepared.tasks, dict(prepared.dropped)

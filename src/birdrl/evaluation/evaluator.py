@@ -16,7 +16,7 @@ import itertools
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,6 +91,9 @@ class EvalConfig:
     engine: Engine = field(default_factory=SQLiteFiles)
     """Where replicas are made (`birdrl.dialects`): SQLite files by default, or e.g. a
     PostgreSQL server (databases are then template database names)."""
+    caveats: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """instance_id -> why this server cannot give that task the official verdict
+    (`birdrl.dialects.base.Prepared.caveats`); its reports carry it (`TestReport.caveat`)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -124,6 +127,9 @@ class TestReport:
     """Phase 1: the task's own issue SQL passed every test (an invalid task)."""
     infra_error: str | None = None
     """The evaluation itself failed (worker crash, restore failure): not the model's fault."""
+    caveat: str | None = None
+    """Why this verdict may differ from the official evaluator's on its own server (this
+    server cannot reproduce it, e.g. MariaDB's plans have no cost); counted apart."""
 
     @property
     def reward(self) -> float:
@@ -353,4 +359,5 @@ class Evaluator:
             timeout_error=result.timeout_error,
             issue_sql_passed=issue_passed,
             infra_error=infra_error,
+            caveat=self.config.caveats.get(task.instance_id),
         )

@@ -45,6 +45,10 @@ class Summary:
     """Malformed tasks left out before scoring (``skip_invalid``); not in `overall`."""
     first_infra_error: str | None = None
     """The first infrastructure error's message (`birdrl.evaluation.unscored`)."""
+    caveats: int = 0
+    """Tasks this server cannot give the official verdict (`TestReport.caveat`): in the SR,
+    but not as the official evaluator on its own server would score them."""
+    first_caveat: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,6 +80,8 @@ def summarize(
         timeouts=sum(r.timeout_error for r in reports),
         infra_errors=sum(r.infra_error is not None for r in reports),
         first_infra_error=next((r.infra_error for r in reports if r.infra_error), None),
+        caveats=sum(r.caveat is not None for r in reports),
+        first_caveat=next((r.caveat for r in reports if r.caveat), None),
         invalid_tasks=sum(r.issue_sql_passed for r in reports),
         missing_predictions=missing_predictions,
         unmatched_predictions=unmatched_predictions,

@@ -1,5 +1,7 @@
 """Where a MySQL-family database is: one URI string, ``mysql://user:password@host:port/db``
-with an optional ``?unix_socket=/path`` (then host and port are not used). Configs,
+with an optional ``?unix_socket=/path`` (then host and port are not used) and, for a
+replica, ``alias=NAME``: the task's own database name, which SQL run there may use to
+qualify objects (`birdrl.dialects.mysql.qualify`; not a connection setting). Configs,
 `Lease.locator` and worker processes carry the string; `connect` opens it with PyMySQL.
 
 Every connection made here refuses ``LOAD DATA LOCAL INFILE`` on the client side (the
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
-__all__ = ["connect", "make_dsn", "parse_dsn", "require_pymysql", "with_database"]
+__all__ = ["connect", "dsn_alias", "make_dsn", "parse_dsn", "require_pymysql", "with_database"]
 
 
 def require_pymysql() -> None:
@@ -38,7 +40,7 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
     if parts.scheme not in ("mysql", "mariadb"):
         raise ValueError(f"not a mysql:// URI: {dsn!r}")
     query = parse_qs(parts.query)
-    unknown = set(query) - {"unix_socket", "connect_timeout"}
+    unknown = set(query) - {"unix_socket", "connect_timeout", "alias"}
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(sorted(unknown))} in {dsn!r}")
     kwargs: dict[str, Any] = {
@@ -57,6 +59,12 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
     return kwargs
 
 
+def dsn_alias(dsn: str) -> str | None:
+    """The ``alias`` of a replica's DSN (the task's database name), None without one."""
+    values = parse_qs(urlsplit(dsn).query).get("alias")
+    return values[-1] if values else None
+
+
 def make_dsn(
     *,
     user: str,
@@ -65,15 +73,19 @@ def make_dsn(
     port: int = 3306,
     database: str = "",
     unix_socket: str | None = None,
+    alias: str | None = None,
 ) -> str:
     """The URI of these connection settings (the inverse of `parse_dsn`)."""
     auth = quote(user, safe="")
     if password:
         auth += ":" + quote(password, safe="")
     dsn = f"mysql://{auth}@{host}:{port}/{quote(database, safe='')}"
+    options = []
     if unix_socket:
-        dsn += "?unix_socket=" + quote(unix_socket, safe="/")
-    return dsn
+        options.append("unix_socket=" + quote(unix_socket, safe="/"))
+    if alias:
+        options.append("alias=" + quote(alias, safe=""))
+    return dsn + ("?" + "&".join(options) if options else "")
 
 
 def with_database(dsn: str, database: str) -> str:

@@ -39,16 +39,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import date
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql
 import pymysql.cursors
 
 from birdrl.dialects.mysql.dsn import connect as connect_dsn
-from birdrl.dialects.mysql.dsn import with_database
+from birdrl.dialects.mysql.dsn import dsn_alias, parse_dsn, with_database
+from birdrl.dialects.mysql.qualify import qualify
 from birdrl.dialects.sqlite.helpers import check_sql_function_usage, remove_round
 
 __all__ = [
@@ -78,8 +79,16 @@ CLIENT_GRACE_S = 10.0
 _DRAIN_BATCH = 1_000
 
 Connection = Any  # pymysql.connections.Connection (PyMySQL ships no type information)
-Connect = Callable[[str], Connection]
-"""Opens a new connection to the database of the given name (what ``conn=None`` means)."""
+
+
+class Connect(Protocol):
+    """Opens a new connection to the database of the given name (what ``conn=None``
+    means), and rewrites the task's database name in a statement (`qualify`)."""
+
+    def __call__(self, db_name: str) -> Connection: ...
+
+    def qualify(self, query: str) -> str: ...
+
 
 COMMIT_KEYWORDS = (
     "insert",
@@ -180,6 +189,14 @@ class MySQLConnector:
         self.dsn = dsn
         self.statement_timeout_s = statement_timeout_s
         self._opened: list[Connection] = []
+        self._alias = dsn_alias(dsn)
+        self._dbname = str(parse_dsn(dsn).get("database", ""))
+
+    def qualify(self, query: str) -> str:
+        """`query` with the task's database name (the DSN's ``alias``) rewritten to the
+        replica's, as the official server, whose database has the task's name, resolves
+        it (`birdrl.dialects.mysql.qualify`)."""
+        return qualify(query, self._alias, self._dbname) if self._alias else query
 
     def __call__(self, db_name: str) -> Connection:
         conn = open_connection(with_database(self.dsn, db_name), self.statement_timeout_s)
@@ -236,7 +253,7 @@ def perform_query_on_mysql_databases(
     try:
         cursor = conn.cursor(pymysql.cursors.SSCursor)
         try:
-            cursor.execute(query)
+            cursor.execute(connect.qualify(query) if connect is not None else query)
             rows = _read_result(cursor)
         finally:
             if conn.open:  # a dropped connection has nothing left to read

@@ -53,7 +53,7 @@ from birdrl.dialects.loading import (
     rows_query,
 )
 from birdrl.dialects.mysql.dsn import connect, with_database
-from birdrl.dialects.mysql.inspect import quote
+from birdrl.dialects.mysql.inspect import LOADED_MARK, quote
 from birdrl.dialects.mysql.transpile import BINARY_COLLATION, my_identifier
 from birdrl.dialects.mysql.transpile.database import (
     DatabasePlan,
@@ -76,7 +76,7 @@ __all__ = [
     "schema_sql",
 ]
 
-_MARK = "birdrl-sqlite"
+_MARK = LOADED_MARK
 LOADER_VERSION = 1
 """Part of the fingerprint: raise it when the loader or the transpiler creates different
 objects, so that databases loaded by an older birdrl are loaded again."""

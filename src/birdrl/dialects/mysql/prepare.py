@@ -21,7 +21,7 @@ from birdrl.dialects.native import native_templates
 if TYPE_CHECKING:
     from birdrl.tasks.benchmark import Benchmark
 
-__all__ = ["prepare_benchmark", "template_name"]
+__all__ = ["EFFICIENCY_ON_MARIADB", "prepare_benchmark", "template_name"]
 
 
 def template_name(template_prefix: str, db_id: str) -> str:
@@ -36,7 +36,16 @@ def template_name(template_prefix: str, db_id: str) -> str:
     return f"{clean[:55]}_{tag}"
 
 
-def _native_templates(admin_dsn: str, db_ids: set[str]) -> dict[str, str]:
+EFFICIENCY_ON_MARIADB = (
+    "efficiency test on MariaDB: its EXPLAIN FORMAT=JSON has no query_cost, so birdrl "
+    "compares estimated rows examined; the official evaluator (MySQL 8.4) compares "
+    "query_cost sums, and on MariaDB its code would fail every efficiency test"
+)
+"""The caveat of an efficiency task scored on a MariaDB server (docs/mysql.md)."""
+
+
+def _native_templates(admin_dsn: str, db_ids: set[str]) -> tuple[dict[str, str], bool]:
+    """db_id -> its template database, and whether the server is MariaDB."""
     from birdrl.dialects.mysql.dsn import connect
 
     conn = connect(admin_dsn)
@@ -44,9 +53,11 @@ def _native_templates(admin_dsn: str, db_ids: set[str]) -> dict[str, str]:
         with conn.cursor() as cur:
             cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA")
             names = {str(r[0]) for r in cur.fetchall()}
+            cur.execute("SELECT CONCAT(@@version_comment, ' ', VERSION())")
+            (version,) = cur.fetchone()
     finally:
         conn.close()
-    return native_templates(names, db_ids)
+    return native_templates(names, db_ids), "mariadb" in str(version).lower()
 
 
 def prepare_benchmark(
@@ -61,8 +72,10 @@ def prepare_benchmark(
     tasks = bench.debugging_tasks()
     native = all(t.extra.get("dialect") == "mysql" for t in tasks) or not bench.databases
     if native:
-        databases: dict[str, Any] = _native_templates(admin_dsn, {t.db_id for t in tasks})
-        return Prepared(tasks, databases)
+        databases: dict[str, Any]
+        databases, mariadb = _native_templates(admin_dsn, {t.db_id for t in tasks})
+        caveats = {t.instance_id: EFFICIENCY_ON_MARIADB for t in tasks if mariadb and t.efficiency}
+        return Prepared(tasks, databases, caveats=caveats)
     from birdrl.dialects.mysql.load import load_sqlite_database
     from birdrl.dialects.mysql.transpile import read_schema, transpile_many
 

@@ -22,6 +22,7 @@ from birdrl.dialects.mysql.inspect import (
     describe,
     object_state,
     quote,
+    replica_defaults,
     schema_defaults,
     tables_of,
     write_counts,
@@ -59,6 +60,7 @@ class MySQLTemplate:
     dbname: str
     charset: str
     collation: str
+    """The defaults its replicas are created with (`inspect.replica_defaults`)."""
     objects: dict[ObjectKey, _Object]
     state: dict[ObjectKey, str]
     writes: dict[str, int] | None
@@ -86,7 +88,7 @@ class MySQLTemplate:
                 defaults = schema_defaults(cur, dbname)
                 if defaults is None:
                     raise TemplateError(f"template database {dbname!r} vanished while opened")
-                charset, collation = defaults
+                charset, collation = replica_defaults(cur, dbname, (defaults[0], defaults[1]))
                 objects = _read_objects(cur, dbname, state)
             writes = write_counts(conn, dbname) if backend.write_counters else None
         return cls(db_id, dbname, charset, collation, objects, state, writes, backend)
@@ -230,6 +232,11 @@ class MySQLReplica:
         prefix = f"{backend.prefix}_{pool_tag(root)}"
         self.dbname = replica_db_name(prefix, worker_id, template.db_id, index, limit=64)
         self.user = backend.user_of(self.dbname)
+        names = {name.lower() for _, name in template.objects}
+        self.alias = None if template.db_id.lower() in names else template.db_id
+        """The name SQL run here may qualify objects with: the task's db_id, the name of
+        the official scoring database (`birdrl.dialects.mysql.qualify`); None where the
+        template has an object of that name (``db_id.x`` may then mean that object)."""
         self.state_path = root / f"w{worker_id:03d}" / template.db_id / f"r{index:03d}.my.json"
         self.is_available = True
         self.need_reset = True
@@ -258,8 +265,8 @@ class MySQLReplica:
 
     @property
     def locator(self) -> str:
-        """DSN of the replica as its own user."""
-        return self.backend.replica_dsn(self.dbname)
+        """DSN of the replica as its own user (with its `alias`)."""
+        return self.backend.replica_dsn(self.dbname, alias=self.alias)
 
     def __repr__(self) -> str:
         return f"MySQLReplica({self.dbname!r}, available={self.is_available}, need_reset={self.need_reset})"

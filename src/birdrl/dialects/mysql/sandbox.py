@@ -42,7 +42,8 @@ from birdrl.db.sandbox import (
     run_statements,
     value_size,
 )
-from birdrl.dialects.mysql.dsn import connect
+from birdrl.dialects.mysql.dsn import connect, dsn_alias, parse_dsn
+from birdrl.dialects.mysql.qualify import qualify
 from birdrl.dialects.mysql.statements import split_mysql_statements
 
 __all__ = ["MySQLSandbox", "refusal"]
@@ -106,6 +107,8 @@ class MySQLSandbox:
 
         self.limits = limits or SandboxLimits()
         self._killer = killer
+        self._alias = dsn_alias(dsn)
+        self._dbname = str(parse_dsn(dsn).get("database", ""))
         self._lock = threading.Lock()
         self._closing = False
         self._timed_out = False
@@ -163,7 +166,7 @@ class MySQLSandbox:
         try:
             cur = conn.cursor()
             try:
-                cur.execute(stmt)
+                cur.execute(qualify(stmt, self._alias, self._dbname) if self._alias else stmt)
                 if cur.description is None:
                     return {"rowcount": int(cur.rowcount)}
                 return self._fetch(cur)

@@ -13,7 +13,7 @@ not SQL and is not understood (no server sees it).
 
 from __future__ import annotations
 
-__all__ = ["split_mysql_statements"]
+__all__ = ["end_of_quoted", "split_mysql_statements"]
 
 _ROUTINES = frozenset({"procedure", "function", "trigger", "event"})
 _OPENERS = frozenset({"begin", "if", "case", "loop", "while", "repeat"})
@@ -55,7 +55,7 @@ def split_mysql_statements(sql: str) -> list[str]:
             continue
         meaningful = True
         if c in "'\"`":
-            i = _end_of_quoted(sql, i)
+            i = end_of_quoted(sql, i)
             continue
         if c.isalpha() or c == "_":
             j = i
@@ -76,7 +76,7 @@ def split_mysql_statements(sql: str) -> list[str]:
     return out
 
 
-def _end_of_quoted(sql: str, i: int) -> int:
+def end_of_quoted(sql: str, i: int) -> int:
     """The index just past the quoted string or identifier opening at `i` (the end of the
     text when it is unterminated)."""
     quote, n = sql[i], len(sql)
@@ -138,7 +138,7 @@ def _arguments_follow(sql: str, i: int) -> bool:
     while i < len(sql):
         c = sql[i]
         if c in "'\"`":
-            i = _end_of_quoted(sql, i)
+            i = end_of_quoted(sql, i)
             continue
         if c == "(":
             level += 1

@@ -320,6 +320,14 @@ class PostgresBackend:
         with self.connect_admin(dbname) as conn:
             return sequence_state(conn)
 
+    def has_schema(self, dbname: str, schema: str) -> bool:
+        """Whether database `dbname` has a schema named `schema` (read as admin)."""
+        with self.connect_admin(dbname) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", (schema,)
+            ).fetchone()
+        return row is not None
+
     def statistics(self, dbname: str) -> str:
         """`inspect.statistics_state` of `dbname` (read as admin)."""
         with self.connect_admin(dbname) as conn:

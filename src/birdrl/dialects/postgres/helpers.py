@@ -20,10 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import date
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import errors as pgerr
@@ -31,6 +31,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.types.string import TextLoader
 
+from birdrl.dialects.postgres.qualify import alias_of, qualify
 from birdrl.dialects.postgres.sandbox import connect_sandbox_role
 from birdrl.dialects.sqlite.helpers import (
     check_sql_function_usage,
@@ -58,8 +59,16 @@ MAX_ROWS = 10_000
 DEFAULT_STATEMENT_TIMEOUT_S = 30.0
 
 Connection = psycopg.Connection[Any]
-Connect = Callable[[str], Connection]
-"""Opens a new connection to the database of the given name (what ``conn=None`` means)."""
+
+
+class Connect(Protocol):
+    """Opens a new connection to the database of the given name (what ``conn=None``
+    means), and rewrites the task's database name in a statement (`qualify`)."""
+
+    def __call__(self, db_name: str) -> Connection: ...
+
+    def qualify(self, query: str) -> str: ...
+
 
 # The official PostgreSQL evaluator has no default test: a task without test cases runs
 # none and succeeds whenever the SQL under test executes. birdrl scores such a task with
@@ -118,6 +127,14 @@ class PgConnector:
         self.conninfo = conninfo
         self.statement_timeout_s = statement_timeout_s
         self._opened: list[Connection] = []
+        self._alias = alias_of(conninfo)
+        self._dbname = str(conninfo_to_dict(conninfo).get("dbname", ""))
+
+    def qualify(self, query: str) -> str:
+        """`query` with the task's database name (the conninfo's alias) rewritten to the
+        replica's where it starts a three-part name, as the official server, whose
+        database has the task's name, resolves it (`birdrl.dialects.postgres.qualify`)."""
+        return qualify(query, self._alias, self._dbname)
 
     def __call__(self, db_name: str) -> Connection:
         conn = open_connection(
@@ -166,7 +183,7 @@ def perform_query_on_postgresql_databases(
         )
     cursor = conn.cursor()
     try:
-        cursor.execute(query)
+        cursor.execute(connect.qualify(query) if connect is not None else query)
         if cursor.pgresult is not None and cursor.pgresult.status == ExecStatus.EMPTY_QUERY:
             raise psycopg.ProgrammingError("can't execute an empty query")  # as psycopg2
         rows = _fetch_last_result(cursor)

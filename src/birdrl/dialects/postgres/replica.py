@@ -16,6 +16,7 @@ from birdrl.db.iostats import IOStats
 from birdrl.db.replica import read_state, write_state
 from birdrl.db.sandbox import SandboxLimits
 from birdrl.dialects.postgres.inspect import describe
+from birdrl.dialects.postgres.qualify import with_alias
 from birdrl.dialects.postgres.sandbox import PGSandbox
 from birdrl.dialects.servers import pool_tag, replica_db_name
 
@@ -63,6 +64,10 @@ class PGTemplate:
     sequences: str
     size: int
     backend: PostgresBackend
+    alias: str | None = None
+    """The name SQL run on its replicas may start a three-part name with: the db_id, the
+    official scoring database's name (`birdrl.dialects.postgres.qualify`); None where the
+    template has a schema of that name."""
 
     @classmethod
     def open(cls, backend: PostgresBackend, db_id: str, dbname: str) -> PGTemplate:
@@ -80,6 +85,7 @@ class PGTemplate:
             )
         )
         backend.harden(dbname)
+        alias = None if backend.has_schema(dbname, db_id) else db_id
         sequences = backend.sequences(dbname)
         if not backend.settle(oid):
             raise TemplateError(
@@ -89,7 +95,7 @@ class PGTemplate:
         if counters is None:
             raise TemplateError(f"no statistics for template database {dbname!r}")
         size = backend.query("SELECT pg_catalog.pg_database_size(%s)", (oid,))[0][0]
-        return cls(db_id, dbname, oid, counters, sequences, int(size), backend)
+        return cls(db_id, dbname, oid, counters, sequences, int(size), backend, alias)
 
     def identity(self) -> dict[str, Any]:
         """What a replica's record must match: the template database itself (its counters
@@ -153,8 +159,8 @@ class PGReplica:
 
     @property
     def locator(self) -> str:
-        """libpq conninfo of the replica as the sandbox role."""
-        return self.backend.sandbox_conninfo(self.dbname)
+        """libpq conninfo of the replica as the sandbox role (with its template's alias)."""
+        return with_alias(self.backend.sandbox_conninfo(self.dbname), self._template.alias)
 
     def __repr__(self) -> str:
         return f"PGReplica({self.dbname!r}, available={self.is_available}, need_reset={self.need_reset})"

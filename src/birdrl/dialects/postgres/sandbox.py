@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerr
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
 from birdrl.db.errors import PoolError
@@ -42,6 +43,7 @@ from birdrl.db.sandbox import (
     run_statements,
     value_size,
 )
+from birdrl.dialects.postgres.qualify import alias_of, qualify
 from birdrl.dialects.postgres.statements import split_postgres_statements
 
 __all__ = ["PGSandbox", "connect_sandbox_role", "session_options"]
@@ -151,6 +153,8 @@ class PGSandbox:
         self._lock = threading.Lock()
         self._closing = False
         self._timed_out = False
+        self._alias = alias_of(conninfo)
+        self._dbname = str(conninfo_to_dict(conninfo).get("dbname", ""))
         self._conn: psycopg.Connection[Any] | None = connect_sandbox_role(
             conninfo,
             autocommit=True,
@@ -198,6 +202,7 @@ class PGSandbox:
                 "use SELECT or INSERT"
             )
         self._timed_out = False
+        stmt = qualify(stmt, self._alias, self._dbname)
         watchdog = threading.Timer(self.limits.timeout_s + 1.0, self._cancel, args=(conn,))
         watchdog.daemon = True
         watchdog.start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["split_postgres_statements"]
+__all__ = ["dollar_tag", "split_postgres_statements", "word_start"]
 
 
 def split_postgres_statements(sql: str) -> list[str]:
@@ -48,7 +48,7 @@ def split_postgres_statements(sql: str) -> list[str]:
             continue
         meaningful = True
         if c in "'\"":
-            backslash = c == "'" and i > 0 and sql[i - 1] in "eE" and _word_start(sql, i - 1)
+            backslash = c == "'" and i > 0 and sql[i - 1] in "eE" and word_start(sql, i - 1)
             i += 1
             while i < n:
                 if backslash and sql[i] == "\\":
@@ -63,7 +63,7 @@ def split_postgres_statements(sql: str) -> list[str]:
             i += 1
             continue
         if c == "$":
-            tag = _dollar_tag(sql, i)
+            tag = dollar_tag(sql, i)
             if tag is not None:
                 end = sql.find(tag, i + len(tag))
                 i = n if end == -1 else end + len(tag)
@@ -72,7 +72,7 @@ def split_postgres_statements(sql: str) -> list[str]:
             depth += 1
         elif c == ")":
             depth = max(depth - 1, 0)
-        elif (c.isalpha() or c == "_") and _word_start(sql, i):
+        elif (c.isalpha() or c == "_") and word_start(sql, i):
             j = i
             while j < n and (sql[j].isalnum() or sql[j] in "_$"):
                 j += 1
@@ -93,11 +93,11 @@ def split_postgres_statements(sql: str) -> list[str]:
     return out
 
 
-def _word_start(sql: str, i: int) -> bool:
+def word_start(sql: str, i: int) -> bool:
     return i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] in "_$")
 
 
-def _dollar_tag(sql: str, i: int) -> str | None:
+def dollar_tag(sql: str, i: int) -> str | None:
     """The ``$tag$`` opening a dollar-quoted string at `i`, or None (e.g. a ``$1`` parameter
     or a ``$`` inside an identifier)."""
     if i > 0 and (sql[i - 1].isalnum() or sql[i - 1] == "_"):
