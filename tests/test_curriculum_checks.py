@@ -158,3 +158,19 @@ def test_the_evaluation_records_who_looked_before_submitting() -> None:
     calls = [tools_called(t) for t in result.trajectories]
     assert all(c[0] == "execute_sql" and "submit_solution" in c for c in calls), calls
     assert looked["explored_first"] == 3 and looked["explored_first_rate"] == 1.0
+
+
+def test_a_stage_left_out_of_evaluation_says_so(tmp_path: Path) -> None:
+    config = apply_overrides(
+        load_preset("smoke"), ["evaluation.limit=2", "evaluation.skip_stages=[1]"]
+    )
+    said: list[str] = []
+    result = run_curriculum(config, tmp_path / "run", stages=[1], progress=said.append)
+    assert "stage 1: not evaluated (evaluation.skip_stages)" in said
+    record = json.loads((tmp_path / "run" / "stage1" / "record.json").read_text())
+    assert record["evaluation"] is None
+    assert "not evaluated: evaluation.skip_stages lists this stage" in record["notes"]
+    report = result.report.read_text(encoding="utf-8")
+    table = report.split("## Success rate\n", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in table.splitlines() if line.startswith("| 1 | reasoning SFT |"))
+    assert "| not evaluated |" in row

@@ -85,7 +85,8 @@ def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
     assert sr["1"][4:9] == [
         "15.0%", "[5.2, 36.0]", "+5.0 pts [-17.3, +27.2]", "5.0% (+5.0 pts)", "25.0% (+5.0 pts)"
     ]  # fmt: skip
-    assert sr["2"][2:] == ["—"] * (len(sr["2"]) - 2)  # not evaluated: nothing invented
+    assert sr["2"][2] == "not evaluated"  # said, and nothing invented
+    assert sr["2"][3:] == ["—"] * (len(sr["2"]) - 3)
     # stage 3 is compared with stage 1 (the previous evaluated stage), not with stage 2
     assert sr["3"][4:9] == [
         "15.0%", "[5.2, 36.0]", "no change [-23.2, +23.2]", "0.0% (-5.0 pts)", "30.0% (+5.0 pts)"

@@ -717,11 +717,12 @@ def run_curriculum(
             with state.generation.stage_training():
                 output = state.train_stage(stage, model)
             model = output.model_dir
-            evaluation = None
+            evaluation, notes = None, list(output.notes)
             if config.evaluation.evaluates(stage.number):
                 evaluation = stage.evaluate(state, model)
             else:
                 state.say(f"stage {stage.number}: not evaluated (evaluation.skip_stages)")
+                notes.append("not evaluated: evaluation.skip_stages lists this stage")
             record = StageRecord(
                 stage.number,
                 stage.name,
@@ -730,7 +731,7 @@ def run_curriculum(
                 output.seconds,
                 output.log_history,
                 evaluation,
-                output.notes,
+                notes,
                 generation=state.generation.record(stage.kind, training=True),
                 split_evaluations=state.split_results.get(stage.number) or None,
                 semantics=state.semantics,

@@ -259,7 +259,8 @@ def _sr_row(r: StageRecord, prev: Mapping[str, Any], categories: Sequence[str]) 
     ev = r.evaluation or {}
     sr = finite_number(ev.get("success_rate"))
     interval = sr_interval(ev)
-    row = [str(r.stage), r.name, str(ev.get("mode", DASH)), str(ev.get("n", DASH)), _pct(sr)]
+    mode = str(ev.get("mode", DASH)) if r.evaluation is not None else "not evaluated"
+    row = [str(r.stage), r.name, mode, str(ev.get("n", DASH)), _pct(sr)]
     row.append(DASH if interval is None else _bounds(interval))
     change = sr_change(ev, prev) if prev else None
     delta = _delta(sr, finite_number(prev.get("success_rate"))) if prev else DASH
