@@ -509,6 +509,25 @@ def _rerun(d: str) -> list[Case]:
     ]
 
 
+SLOW_QUERY = "SELECT * FROM big WHERE v IN (SELECT v FROM big WHERE v = 5)"
+
+
+def _efficiency(prefix: str) -> dict[str, Any]:
+    """An efficiency task on ``big``: the issue SQL scans it twice, the solution once."""
+    return _task(
+        f"{prefix}_efficiency",
+        "Efficiency",
+        [SLOW_QUERY],
+        ["SELECT * FROM big WHERE v = 5"],
+        [
+            """def test_case(pred_sqls, sol_sqls, db_name, conn):
+    assert performance_compare_by_qep(pred_sqls, sol_sqls, db_name, conn) == 1
+"""
+        ],
+        efficiency=True,
+    )
+
+
 def _postgresql() -> list[Case]:
     check = _task(
         "po_psycopg2",
@@ -572,19 +591,7 @@ def _postgresql() -> list[Case]:
 """
         ],
     )
-    slow = "SELECT * FROM big WHERE v IN (SELECT v FROM big WHERE v = 5)"
-    efficiency = _task(
-        "po_efficiency",
-        "Efficiency",
-        [slow],
-        ["SELECT * FROM big WHERE v = 5"],
-        [
-            """def test_case(pred_sqls, sol_sqls, db_name, conn):
-    assert performance_compare_by_qep(pred_sqls, sol_sqls, db_name, conn) == 1
-"""
-        ],
-        efficiency=True,
-    )
+    slow, efficiency = SLOW_QUERY, _efficiency("po")
     fix = "ALTER TABLE accounts ADD CONSTRAINT balance_floor CHECK (balance >= 0)"
     rich = "SELECT owner FROM accounts WHERE balance > 100"
     qualified = _task("po_qualified", "Query", [rich[:-3] + "1000"], [rich], [_ex("postgresql")])
@@ -740,19 +747,7 @@ def _mysql() -> list[Case]:
         [plain + " COLLATE utf8mb4_bin"],
         [_collation_is("'utf8mb4_bin'")],
     )
-    slow = "SELECT * FROM big WHERE v IN (SELECT v FROM big WHERE v = 5)"
-    efficiency = _task(
-        "my_efficiency",
-        "Efficiency",
-        [slow],
-        ["SELECT * FROM big WHERE v = 5"],
-        [
-            """def test_case(pred_sqls, sol_sqls, db_name, conn):
-    assert performance_compare_by_qep(pred_sqls, sol_sqls, db_name, conn) == 1
-"""
-        ],
-        efficiency=True,
-    )
+    efficiency = _efficiency("my")
     return [
         Case(
             "db_table",

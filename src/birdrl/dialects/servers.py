@@ -1,5 +1,6 @@
 """Small pieces every server dialect (PostgreSQL, MySQL) needs the same way: naming
-replica databases, finding a free loopback port for a throwaway local server, and
+replica databases, finding a free loopback port for a throwaway local server, putting the
+replica's name where SQL names the task's database (`replace_spans`), and
 the official test-case call and namespace (tests and ``ex_base`` with four arguments, or
 ``conditions`` too under strict rules). Dialect packages must not
 import each other; this module is what they share instead."""
@@ -21,10 +22,22 @@ __all__ = [
     "four_argument_ex_base",
     "free_port",
     "pool_tag",
+    "replace_spans",
     "replica_db_name",
     "scoped_namespace",
     "takes_conditions",
 ]
+
+
+def replace_spans(text: str, spans: list[tuple[int, int]], replacement: str) -> str:
+    """`text` with each ``(start, end)`` of `spans` (in order, not overlapping) replaced by
+    `replacement`."""
+    out, last = [], 0
+    for start, end in spans:
+        out += [text[last:start], replacement]
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
 def free_port() -> int:

@@ -16,7 +16,8 @@ show the replica's name (docs/mysql.md).
 
 from __future__ import annotations
 
-from birdrl.dialects.mysql.statements import end_of_quoted
+from birdrl.dialects.mysql.statements import comment_end, end_of_quoted
+from birdrl.dialects.servers import replace_spans
 
 __all__ = ["qualify"]
 
@@ -54,15 +55,9 @@ def qualify(sql: str, alias: str, dbname: str) -> str:
             words = []
             i += 1
             continue
-        if c == "#" or (
-            c == "-" and sql.startswith("-", i + 1) and (i + 2 >= n or sql[i + 2] <= " ")
-        ):
-            j = sql.find("\n", i)
-            i = n if j == -1 else j + 1
-            continue
-        if c == "/" and sql.startswith("*", i + 1):
-            j = sql.find("*/", i + 2)
-            i = n if j == -1 else j + 2
+        end = comment_end(sql, i)
+        if end is not None:
+            i = end
             continue
         if c in "'\"":
             i = end_of_quoted(sql, i)
@@ -84,15 +79,7 @@ def qualify(sql: str, alias: str, dbname: str) -> str:
             i = end
             continue
         i += 1
-    if not spans:
-        return sql
-    quoted = "`" + dbname.replace("`", "``") + "`"
-    out, last = [], 0
-    for start, end in spans:
-        out += [sql[last:start], quoted]
-        last = end
-    out.append(sql[last:])
-    return "".join(out)
+    return replace_spans(sql, spans, "`" + dbname.replace("`", "``") + "`")
 
 
 def _names_a_database(words: list[str]) -> bool:

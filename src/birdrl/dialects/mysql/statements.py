@@ -13,7 +13,7 @@ not SQL and is not understood (no server sees it).
 
 from __future__ import annotations
 
-__all__ = ["end_of_quoted", "split_mysql_statements"]
+__all__ = ["comment_end", "end_of_quoted", "split_mysql_statements"]
 
 _ROUTINES = frozenset({"procedure", "function", "trigger", "event"})
 _OPENERS = frozenset({"begin", "if", "case", "loop", "while", "repeat"})
@@ -41,17 +41,10 @@ def split_mysql_statements(sql: str) -> list[str]:
         if c in _SPACE:
             i += 1
             continue
-        if c == "#" or (
-            c == "-" and sql.startswith("-", i + 1) and (i + 2 >= n or sql[i + 2] <= " ")
-        ):
-            j = sql.find("\n", i)
-            i = n if j == -1 else j + 1
-            continue
-        if c == "/" and sql.startswith("*", i + 1):
-            executable = sql.startswith("!", i + 2) or sql.startswith("M!", i + 2)
-            j = sql.find("*/", i + 2)
-            i = n if j == -1 else j + 2
-            meaningful = meaningful or executable
+        end = comment_end(sql, i)
+        if end is not None:
+            meaningful = meaningful or sql.startswith(("/*!", "/*M!"), i)  # executable
+            i = end
             continue
         meaningful = True
         if c in "'\"`":
@@ -74,6 +67,20 @@ def split_mysql_statements(sql: str) -> list[str]:
     if meaningful:
         out.append(sql[start:].strip())
     return out
+
+
+def comment_end(sql: str, i: int) -> int | None:
+    """The index just past the comment opening at `i` (``-- `` with a space or control
+    character after the dashes, ``#``, ``/* */``), None if none opens there. Executable
+    comments (``/*! ... */``) are comments here too: callers that run them say so."""
+    n = len(sql)
+    if sql.startswith("#", i) or (sql.startswith("--", i) and (i + 2 >= n or sql[i + 2] <= " ")):
+        j = sql.find("\n", i)
+        return n if j == -1 else j + 1
+    if sql.startswith("/*", i):
+        j = sql.find("*/", i + 2)
+        return n if j == -1 else j + 2
+    return None
 
 
 def end_of_quoted(sql: str, i: int) -> int:

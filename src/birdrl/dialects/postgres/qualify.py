@@ -20,7 +20,8 @@ import re
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from birdrl.dialects.postgres.statements import dollar_tag, word_start
+from birdrl.dialects.postgres.statements import comment_end, quoted_end, word_start
+from birdrl.dialects.servers import replace_spans
 
 __all__ = ["alias_of", "qualify", "with_alias"]
 
@@ -46,17 +47,11 @@ def alias_of(conninfo: str) -> str | None:
 
 def _name_at(sql: str, i: int) -> tuple[str, int, bool] | None:
     """The identifier at `i` (its folded name, its end, whether it was quoted), or None."""
-    n = len(sql)
     if sql.startswith('"', i):
-        j = i + 1
-        while j < n:
-            if sql[j] == '"':
-                if sql.startswith('"', j + 1):
-                    j += 2
-                    continue
-                return sql[i + 1 : j].replace('""', '"'), j + 1, True
-            j += 1
-        return None
+        end = quoted_end(sql, i, '"')
+        assert end is not None
+        return sql[i + 1 : end - 1].replace('""', '"'), end, True
+    n = len(sql)
     if i < n and (sql[i].isalpha() or sql[i] == "_") and word_start(sql, i):
         j = i
         while j < n and (sql[j].isalnum() or sql[j] in "_$"):
@@ -91,42 +86,12 @@ def qualify(sql: str, alias: str | None, dbname: str) -> str:
     spans: list[tuple[int, int]] = []
     i, n = 0, len(sql)
     while i < n:
-        c = sql[i]
-        if c == "-" and sql.startswith("-", i + 1):
-            j = sql.find("\n", i + 2)
-            i = n if j == -1 else j + 1
+        end = comment_end(sql, i)
+        if end is None:
+            end = quoted_end(sql, i, "'$")  # strings and dollar bodies; "names" are read below
+        if end is not None:
+            i = end
             continue
-        if c == "/" and sql.startswith("*", i + 1):
-            level, i = 1, i + 2
-            while i < n and level:
-                if sql.startswith("/*", i):
-                    level, i = level + 1, i + 2
-                elif sql.startswith("*/", i):
-                    level, i = level - 1, i + 2
-                else:
-                    i += 1
-            continue
-        if c == "'":
-            backslash = i > 0 and sql[i - 1] in "eE" and word_start(sql, i - 1)
-            i += 1
-            while i < n:
-                if backslash and sql[i] == "\\":
-                    i += 2
-                    continue
-                if sql[i] == "'":
-                    if sql.startswith("'", i + 1):
-                        i += 2
-                        continue
-                    break
-                i += 1
-            i += 1
-            continue
-        if c == "$":
-            tag = dollar_tag(sql, i)
-            if tag is not None:
-                end = sql.find(tag, i + len(tag))
-                i = n if end == -1 else end + len(tag)
-                continue
         name = _name_at(sql, i)
         if name is None:
             i += 1
@@ -138,10 +103,4 @@ def qualify(sql: str, alias: str | None, dbname: str) -> str:
         i = end
     if not spans:
         return sql
-    quoted_name = '"' + dbname.replace('"', '""') + '"'
-    out, last = [], 0
-    for start, end in spans:
-        out += [sql[last:start], quoted_name]
-        last = end
-    out.append(sql[last:])
-    return "".join(out)
+    return replace_spans(sql, spans, '"' + dbname.replace('"', '""') + '"')

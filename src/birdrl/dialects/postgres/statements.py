@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["dollar_tag", "split_postgres_statements", "word_start"]
+__all__ = ["comment_end", "dollar_tag", "quoted_end", "split_postgres_statements", "word_start"]
 
 
 def split_postgres_statements(sql: str) -> list[str]:
@@ -32,42 +32,15 @@ def split_postgres_statements(sql: str) -> list[str]:
         if c in " \r\t\n\f":
             i += 1
             continue
-        if c == "-" and sql.startswith("-", i + 1):
-            j = sql.find("\n", i + 2)
-            i = n if j == -1 else j + 1
-            continue
-        if c == "/" and sql.startswith("*", i + 1):
-            level, i = 1, i + 2
-            while i < n and level:
-                if sql.startswith("/*", i):
-                    level, i = level + 1, i + 2
-                elif sql.startswith("*/", i):
-                    level, i = level - 1, i + 2
-                else:
-                    i += 1
+        end = comment_end(sql, i)
+        if end is not None:
+            i = end
             continue
         meaningful = True
-        if c in "'\"":
-            backslash = c == "'" and i > 0 and sql[i - 1] in "eE" and word_start(sql, i - 1)
-            i += 1
-            while i < n:
-                if backslash and sql[i] == "\\":
-                    i += 2
-                    continue
-                if sql[i] == c:
-                    if sql.startswith(c, i + 1):  # doubled quote: an escaped quote
-                        i += 2
-                        continue
-                    break
-                i += 1
-            i += 1
+        end = quoted_end(sql, i)
+        if end is not None:
+            i = end
             continue
-        if c == "$":
-            tag = dollar_tag(sql, i)
-            if tag is not None:
-                end = sql.find(tag, i + len(tag))
-                i = n if end == -1 else end + len(tag)
-                continue
         if c == "(":
             depth += 1
         elif c == ")":
@@ -91,6 +64,53 @@ def split_postgres_statements(sql: str) -> list[str]:
     if meaningful:
         out.append(sql[start:].strip())
     return out
+
+
+def comment_end(sql: str, i: int) -> int | None:
+    """The index just past the ``--`` or (nested) ``/* */`` comment opening at `i`, None if
+    none opens there."""
+    n = len(sql)
+    if sql.startswith("--", i):
+        j = sql.find("\n", i + 2)
+        return n if j == -1 else j + 1
+    if not sql.startswith("/*", i):
+        return None
+    level, i = 1, i + 2
+    while i < n and level:
+        if sql.startswith("/*", i):
+            level, i = level + 1, i + 2
+        elif sql.startswith("*/", i):
+            level, i = level - 1, i + 2
+        else:
+            i += 1
+    return i
+
+
+def quoted_end(sql: str, i: int, quotes: str = "'\"$") -> int | None:
+    """The index just past the '...' / E'...' string, "identifier" or $tag$ body opening at
+    `i` (of the kinds in `quotes`), None if none opens there."""
+    c, n = sql[i : i + 1], len(sql)
+    if c == "$" and c in quotes:
+        tag = dollar_tag(sql, i)
+        if tag is None:
+            return None
+        end = sql.find(tag, i + len(tag))
+        return n if end == -1 else end + len(tag)
+    if not c or c not in quotes or c == "$":
+        return None
+    backslash = c == "'" and i > 0 and sql[i - 1] in "eE" and word_start(sql, i - 1)
+    i += 1
+    while i < n:
+        if backslash and sql[i] == "\\":
+            i += 2
+            continue
+        if sql[i] == c:
+            if sql.startswith(c, i + 1):  # doubled quote: an escaped quote
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return n
 
 
 def word_start(sql: str, i: int) -> bool:
