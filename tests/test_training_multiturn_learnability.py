@@ -313,3 +313,35 @@ def test_stage4_runs_through_the_environment_server(warm: dict[str, Any]) -> Non
     assert logged == pytest.approx([r for r, _ in per_step(history)], abs=1e-6)
     assert server["leased"] == 0  # every session ended
     assert not (warm["root"] / "served" / "pool").exists()  # no local replica pool
+
+
+def test_stage4_runs_through_a_postgresql_backed_server(
+    pg_cluster: Any, warm: dict[str, Any]
+) -> None:
+    """Two stage-4 GRPO steps with ``stage4.env_server`` on a server whose tasks (this toy
+    set, carried over) run and are scored on PostgreSQL: one session per episode, and the
+    rewards TRL trains on are the server's fresh-replica scores."""
+    pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
+    from birdrl.env.sqlact import EnvConfig
+    from birdrl.serve.server import ServeConfig, serve_benchmark
+    from birdrl.tasks.benchmark import Benchmark
+    from birdrl.tasks.load import LoadedTasks
+
+    bench = Benchmark("toy", LoadedTasks(list(warm["tasks"].values())), warm["databases"])
+    config = ServeConfig(port=0, max_sessions=BATCH, env=EnvConfig(max_tool_calls=3))
+    with serve_benchmark(bench, config, dialect="postgresql", dsn=pg_cluster.dsn) as (served, run):
+        assert len(run.tasks) == len(warm["tasks"])  # every toy task carried over
+        assert served.service is not None and served.service.pool.dialect == "postgresql"
+        output, history, _ = _grpo(warm, "served-pg", steps=2, env_server=served.url)
+        deadline = time.monotonic() + 60  # releases finish after the client closes
+        while served.service.stats()["leased"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        server = served.service.stats()
+    client = json.loads((warm["root"] / "served-pg" / "episodes-rank0.json").read_text())
+    assert len(history) == 2 * BATCH == server["episodes"] == server["sessions"]
+    assert client["infra_errors"] == 0 and server["submitted"] == client["submitted"] > 0
+    assert all("dbname=birdrl_" in replica for _, replica in client["leases"])  # PostgreSQL
+    logged = [e["reward"] for e in output.log_history if "reward" in e]
+    assert logged == pytest.approx([r for r, _ in per_step(history)], abs=1e-6)
+    assert server["leased"] == 0  # every session ended
+    assert not (warm["root"] / "served-pg" / "pool").exists()  # no local replica pool

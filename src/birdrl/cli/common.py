@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -22,7 +23,42 @@ from rich.progress import (
 
 from birdrl.errors import BirdrlError
 
-__all__ = ["clean_errors", "labelled_bars", "results_console", "stop_on_signals"]
+__all__ = [
+    "DialectOption",
+    "MySQLDsnOption",
+    "PgDsnOption",
+    "clean_errors",
+    "labelled_bars",
+    "results_console",
+    "stop_on_signals",
+]
+
+# the engine options of every command that scores on a dialect (birdrl eval, env serve)
+DialectOption = Annotated[
+    str,
+    typer.Option(
+        "--dialect",
+        help="sqlite, postgresql or mysql (SQLite task sets are transpiled; tasks that do "
+        "not transpile or validate are dropped and counted).",
+    ),
+]
+PgDsnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--pg-dsn",
+        envvar="BIRDRL_PG_DSN",
+        help="PostgreSQL admin conninfo/URI (default: start a throwaway local cluster).",
+    ),
+]
+MySQLDsnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mysql-dsn",
+        envvar="BIRDRL_MYSQL_DSN",
+        help="MySQL/MariaDB admin URI, mysql://user:password@host:port/ (default: start "
+        "a throwaway local MariaDB).",
+    ),
+]
 
 
 @contextmanager

@@ -8,8 +8,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from birdrl.cli.common import clean_errors, stop_on_signals
-from birdrl.cli.evaluate import DbRootOption
+from birdrl.cli.common import (
+    DialectOption,
+    MySQLDsnOption,
+    PgDsnOption,
+    clean_errors,
+    stop_on_signals,
+)
+from birdrl.cli.evaluate import DbRootOption, render_dropped
+from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
@@ -66,12 +73,16 @@ def serve_command(
         int, typer.Option(help="Servers sharing --pool-root (one partition each).")
     ] = 1,
     worker_id: Annotated[int, typer.Option(help="This server's partition of --pool-root.")] = 0,
+    dialect: DialectOption = "sqlite",
+    pg_dsn: PgDsnOption = None,
+    mysql_dsn: MySQLDsnOption = None,
 ) -> None:
     """Serve SQL-Act episodes over OpenEnv's protocol (WebSocket /ws; /health, /schema,
     /metadata, /birdrl/stats): one session is one trajectory with its own replica, and
-    submissions are scored on a fresh one. Runs until Ctrl-C."""
+    submissions are scored on a fresh one, on SQLite, PostgreSQL or MySQL. Runs until
+    Ctrl-C."""
     try:
-        from birdrl.serve.server import ServeConfig, ServedEnv
+        from birdrl.serve.server import ServeConfig, serve_benchmark
     except ImportError as exc:
         raise BirdrlError(
             f"birdrl env serve needs the env-server extra ({exc.name} is missing): "
@@ -93,16 +104,30 @@ def serve_command(
             env=EnvConfig(mode="agent", max_tool_calls=max_tool_calls),
             eval=EvalConfig(semantics=Semantics.parse(semantics)),
         )
-        bench = open_benchmark(tasks, db_root)
-        served_tasks = {t.instance_id: t for t in bench.debugging_tasks()}
+        spec = get_dialect(dialect)  # an unknown name fails here, before anything starts
+        bench = open_benchmark(tasks, db_root, server_databases=spec.databases_on_server)
+        dsn = {"postgresql": pg_dsn, "mysql": mysql_dsn}.get(spec.name)
         stop_on_signals()
-        with ServedEnv(served_tasks, bench.databases, config) as served:
-            console.print(
-                f"serving {len(served_tasks)} tasks from {tasks} at [bold]{served.url}[/] "
-                f"(WebSocket {served.url.replace('http', 'ws', 1)}/ws; up to {max_sessions} "
-                f"sessions; submissions scored with {config.eval.semantics} semantics"
-                f"{'; bearer token required' if config.token else ''}); Ctrl-C stops",
-                highlight=False,
-                soft_wrap=True,
-            )
-            served.wait()
+        status = console.status(f"preparing {tasks} on {spec.title}", spinner="dots")
+        status.start()  # transient: shows only on a terminal, gone once serving
+        try:
+            with serve_benchmark(bench, config, dialect=spec.name, dsn=dsn) as (served, run):
+                status.stop()
+                used = served.config.eval.semantics
+                why = "" if used == config.eval.semantics else " (tasks carried over)"
+                dropped = f", {len(run.dropped)} dropped" if run.dropped else ""
+                console.print(
+                    f"serving {len(run.tasks)} tasks{dropped} from {tasks} on {spec.title} at "
+                    f"[bold]{served.url}[/] (WebSocket {served.url.replace('http', 'ws', 1)}/ws; "
+                    f"up to {max_sessions} sessions; submissions scored with {used} semantics"
+                    f"{why}{'; bearer token required' if config.token else ''}); Ctrl-C stops",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                render_dropped(run, console)
+                served.wait()
+        except KeyboardInterrupt:  # while preparing or stopping: what was started is stopped
+            console.print("interrupted", highlight=False)
+            raise typer.Exit(130) from None
+        finally:
+            status.stop()

@@ -27,7 +27,13 @@ from birdrl.agents.registry import (
 )
 from birdrl.agents.rollout import RolloutConfig, write_trajectories
 from birdrl.agents.vllm_engine import VLLMEngineConfig
-from birdrl.cli.common import clean_errors, results_console
+from birdrl.cli.common import (
+    DialectOption,
+    MySQLDsnOption,
+    PgDsnOption,
+    clean_errors,
+    results_console,
+)
 from birdrl.dialects import get_dialect
 from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
@@ -167,36 +173,15 @@ def eval_command(
             "(docs/evaluation.md, Scoring semantics)."
         ),
     ] = EVAL_SEMANTICS.value,
-    dialect: Annotated[
-        str,
-        typer.Option(
-            help="sqlite, postgresql or mysql (SQLite task sets are transpiled; tasks that do "
-            "not transpile or validate are dropped and counted)."
-        ),
-    ] = "sqlite",
+    dialect: DialectOption = "sqlite",
     dialects: Annotated[
         str | None,
         typer.Option(
             help="Several dialects, comma-separated (e.g. sqlite,postgresql,mysql): one table."
         ),
     ] = None,
-    pg_dsn: Annotated[
-        str | None,
-        typer.Option(
-            "--pg-dsn",
-            envvar="BIRDRL_PG_DSN",
-            help="PostgreSQL admin conninfo/URI (default: start a throwaway local cluster).",
-        ),
-    ] = None,
-    mysql_dsn: Annotated[
-        str | None,
-        typer.Option(
-            "--mysql-dsn",
-            envvar="BIRDRL_MYSQL_DSN",
-            help="MySQL/MariaDB admin URI, mysql://user:password@host:port/ (default: start "
-            "a throwaway local MariaDB).",
-        ),
-    ] = None,
+    pg_dsn: PgDsnOption = None,
+    mysql_dsn: MySQLDsnOption = None,
 ) -> None:
     """Score predictions, or an agent acting in the environment, on a task set: success
     rate overall and per category; in one dialect or several side by side."""

@@ -8,6 +8,9 @@ wraps one `SQLActEnv` over the server's replica pool and evaluator, so an episod
 trajectory with its own leased replica; ``reset(instance_id=..., episode_id=...)`` starts it
 (the episode id becomes the trajectory id), ``step(tool call)`` runs the tool on that
 replica, and ``submit_solution`` is scored on a fresh replica, as everywhere in birdrl.
+Any registered dialect is served: `serve_benchmark` opens a task set's engine as ``birdrl
+eval --dialect`` does (`birdrl.evaluation.dialects.open_dialect`: a PostgreSQL or MySQL
+server, or a throwaway local one for the server's life) and serves its tasks on it.
 
 Leases never outlive their session: a disconnect (clean or not; OpenEnv closes the
 environment of a dropped socket, and uvicorn's pings find half-open ones) releases the
@@ -29,8 +32,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +45,15 @@ from birdrl.env.sqlact import EnvConfig, EnvError, SQLActEnv
 from birdrl.env.tools import TOOLS
 from birdrl.env.types import ToolCall
 from birdrl.errors import BirdrlError
+from birdrl.evaluation.dialects import DialectRun, open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.semantics import REWARD_SEMANTICS
 from birdrl.evaluation.session import scoring_session
 from birdrl.serve.wire import SQLActObservation, SQLActState, ToolCallAction
+from birdrl.tasks.benchmark import Benchmark
 from birdrl.tasks.model import Task
 
-__all__ = ["EnvService", "ServeConfig", "ServedEnv", "check_bind"]
+__all__ = ["EnvService", "ServeConfig", "ServedEnv", "check_bind", "serve_benchmark"]
 
 ENV_NAME = "birdrl-sqlact"
 
@@ -78,7 +83,9 @@ class ServeConfig:
     """This server's partition of `pool_root` (0 .. workers-1)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(semantics=REWARD_SEMANTICS))
-    """How submissions are scored: strict semantics by default, as for every RL reward."""
+    """How submissions are scored: strict semantics by default, as for every RL reward.
+    Its `engine` is where replicas live (SQLite files by default; `serve_benchmark` sets
+    the engine of the dialect served)."""
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -387,7 +394,9 @@ class _TokenCheck:
 
 class ServedEnv:
     """A running server in a background thread: ``with ServedEnv(tasks, databases, cfg) as
-    served: served.url``. Owns its replica pool (created on enter, removed on exit)."""
+    served: served.url``. Owns its replica pool (created on enter, removed on exit), on
+    ``cfg.eval.engine`` (`databases` maps db_id to what that engine opens a template from:
+    a file, or a template database on a PostgreSQL or MySQL server)."""
 
     def __init__(
         self,
@@ -408,6 +417,11 @@ class ServedEnv:
         self._stack = contextlib.ExitStack()
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        """Set when the server's thread has finished. Read instead of `Thread.is_alive`: in
+        CPython 3.11 a ``join`` that Ctrl-C interrupts marks a thread that still runs as
+        stopped (``_wait_for_tstate_lock``, bpo-45274), and its socket and pool would then
+        be closed under the running server."""
 
     def __enter__(self) -> ServedEnv:
         import uvicorn
@@ -441,16 +455,15 @@ class ServedEnv:
                     ws_ping_timeout=20.0,
                 )
             )
+            self._stopped.clear()
             self._thread = threading.Thread(
-                target=lambda: asyncio.run(self._server.serve(sockets=[sock])),
-                name="birdrl-env-server",
-                daemon=True,
+                target=self._serve, args=(sock,), name="birdrl-env-server", daemon=True
             )
             self.service.start_reaper()
             self._thread.start()
             deadline = time.monotonic() + 30
             while not self._server.started:
-                if not self._thread.is_alive() or time.monotonic() > deadline:
+                if self._stopped.is_set() or time.monotonic() > deadline:
                     raise BirdrlError(f"the environment server did not start on {self.url}")
                 time.sleep(0.02)
         except BaseException:
@@ -462,17 +475,49 @@ class ServedEnv:
         """Block until the server stops (Ctrl-C)."""
         assert self._thread is not None
         with contextlib.suppress(KeyboardInterrupt):
-            while self._thread.is_alive():
-                self._thread.join(0.5)
+            while not self._stopped.wait(0.5):
+                pass
+
+    def _serve(self, sock: socket.socket) -> None:
+        try:
+            asyncio.run(self._server.serve(sockets=[sock]))
+        finally:
+            self._stopped.set()
 
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(30)
+            if self._stopped.wait(30):  # the sockets close after the server stopped
+                self._thread.join(5)
             self._thread = None
         if self.service is not None:
             self.service.stop_reaper()
             for session in list(self.service.sessions):
                 session.close()
         self._stack.close()
+
+
+@contextlib.contextmanager
+def serve_benchmark(
+    bench: Benchmark,
+    config: ServeConfig | None = None,
+    *,
+    dialect: str = "sqlite",
+    dsn: str | None = None,
+) -> Iterator[tuple[ServedEnv, DialectRun]]:
+    """``with serve_benchmark(bench, cfg, dialect="postgresql") as (served, run):`` serve
+    the debugging tasks of `bench` in `dialect`, exactly as ``birdrl eval --dialect``
+    scores them (`open_dialect`): the engine is the server at `dsn` (None: a throwaway
+    local one, started here and stopped after the server), tasks carried over from another
+    dialect are validated on it first (`run.dropped` holds those that did not transpile or
+    validate) and scored with strict semantics (`served.config.eval`). With
+    ``cfg.pool_root`` the replicas outlive the server (on a PostgreSQL or MySQL server: its
+    databases named after that directory), so a server restarted on the same directory and
+    engine takes them back and restores the ones left changed."""
+    config = config or ServeConfig()
+    check_bind(config.host, config.allow_remote, config.token)  # before the engine starts
+    with open_dialect(bench, dialect, config.eval, dsn=dsn) as run:
+        tasks = {t.instance_id: t for t in run.tasks}
+        with ServedEnv(tasks, run.databases, replace(config, eval=run.config)) as served:
+            yield served, run
