@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pool_breaks import disable_change_detection
 
 pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
 
@@ -379,15 +380,7 @@ def test_the_contamination_fuzzer_through_the_server(
     fuzz: Fuzz = request.getfixturevalue("pg_fuzz" if dialect == "postgresql" else "my_fuzz")
     expected = {db: fuzz.state(name) for db, name in fuzz.templates.items()}
     if leaky:
-        from birdrl.db import ReplicaPool
-
-        def leaky_finish(self: Any, lease: Any, *, reclaimed: bool) -> None:
-            lease.close_connection()
-            with self._cond:  # forget the replica changed: never reset
-                lease.replica.is_available = True
-                self._cond.notify_all()
-
-        monkeypatch.setattr(ReplicaPool, "_finish", leaky_finish)
+        disable_change_detection(monkeypatch)
     config = ServeConfig(
         port=0, max_sessions=CLIENTS, env=EnvConfig(max_tool_calls=12), eval=fuzz.eval
     )
