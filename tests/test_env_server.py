@@ -11,13 +11,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pool_breaks import disable_change_detection
+from served_leases import leased
 
 pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
 
@@ -114,30 +114,20 @@ def test_sessions_are_isolated_and_the_cap_refuses(served: ServedEnv) -> None:
         env.close()
 
 
-def _leased(served: ServedEnv, expected: int, timeout: float = 10.0) -> bool:
-    assert served.service is not None
-    deadline = time.monotonic() + timeout
-    while served.service.stats()["leased"] != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_a_disconnect_releases_the_lease_and_the_slot(served: ServedEnv) -> None:
     task = _tasks()["toy_2"]
     envs = [RemoteSQLActEnv(served.url) for _ in range(3)]
     for n, env in enumerate(envs):
         env.reset(task, f"t{n}")
-    assert _leased(served, 3)
+    assert leased(served, 3)
     envs[0].close()
-    assert _leased(served, 2)
+    assert leased(served, 2)
     again = RemoteSQLActEnv(served.url)  # the freed slot is lent again
     again.reset(task, "t3")
-    assert _leased(served, 3)
+    assert leased(served, 3)
     for env in (*envs[1:], again):
         env.close()
-    assert _leased(served, 0)
+    assert leased(served, 0)
 
 
 def test_an_idle_episode_is_ended_and_its_replica_released(tmp_path: Path) -> None:
@@ -145,8 +135,8 @@ def test_an_idle_episode_is_ended_and_its_replica_released(tmp_path: Path) -> No
     with ServedEnv(_tasks(), {"toy": _database(tmp_path)}, config) as server:
         env = RemoteSQLActEnv(server.url)
         env.reset(_tasks()["toy_0"], "idle")
-        assert _leased(server, 1)
-        assert _leased(server, 0, timeout=5.0)  # reaped
+        assert leased(server, 1)
+        assert leased(server, 0, timeout=5.0)  # reaped
         late = env.call(ToolCall("execute_sql", {"sql": "SELECT 1"}))
         assert late.stop_reason is StopReason.INFRA_ERROR
         assert "without a call" in late.observation and "idle-timeout" in late.observation
@@ -315,7 +305,7 @@ def test_a_skyrl_gym_env_runs_a_scripted_episode_on_the_server(served: ServedEnv
     )
     prompt = [{"role": "user", "content": "fix it"}]
     assert env.init(prompt)[0] == prompt
-    assert _leased(served, 1)
+    assert leased(served, 1)
     confused = env.step("I think the answer is 3.")
     assert not confused["done"] and "tool_call" in confused["observations"][0]["content"]
     write = render_tool_call("execute_sql", {"sql": "DELETE FROM t"})
@@ -327,7 +317,7 @@ def test_a_skyrl_gym_env_runs_a_scripted_episode_on_the_server(served: ServedEnv
     assert final["done"] and final["reward"] == 1.0 and final["observations"] == []
     assert final["metadata"]["stop_reason"] == "submitted"
     assert env.get_metrics() == {"tool_calls": 3, "invalid_turns": 1, "submitted": 1, "turns": 4}
-    assert _leased(served, 0)
+    assert leased(served, 0)
 
 
 @pytest.mark.parametrize("leaky", [False, True], ids=["pool", "pool-without-change-detection"])
@@ -408,7 +398,7 @@ def test_the_contamination_fuzzer_through_the_server(
             t.start()
         for t in threads:
             t.join()
-        assert _leased(server, 0)
+        assert leased(server, 0)
     if leaky:
         assert failures, "the fuzzer passed although replicas were lent dirty"
         return

@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from pool_breaks import disable_change_detection
+from served_leases import leased
 
 pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
 
@@ -199,19 +199,7 @@ def test_a_served_episode_scores_as_a_local_one(engine: Engine, tmp_path: Path) 
         remote.close()
         assert rewards[:2] == [1.0, 0.0]  # the fix passes (despite the DELETE), the bug fails
         assert served.service is not None and served.service.stats()["submitted"] == 3
-        assert _leased(served, 0)
-
-
-def _leased(served: ServedEnv, expected: int, timeout: float = 20.0) -> bool:
-    """Wait until the server holds `expected` leases (a closed session releases its lease
-    on the server's side, after the client returned)."""
-    assert served.service is not None
-    deadline = time.monotonic() + timeout
-    while served.service.stats()["leased"] != expected:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+        assert leased(served, 0, timeout=20.0)
 
 
 # --------------------------------------------------------------------------- 2. fuzzer
@@ -386,7 +374,7 @@ def test_the_contamination_fuzzer_through_the_server(
     )
     with ServedEnv(fuzz.tasks, fuzz.templates, config) as server:
         failures, checked = _run_fuzz(fuzz, server.url, expected)
-        assert _leased(server, 0)
+        assert leased(server, 0, timeout=20.0)
         assert server.service is not None
         replicas = server.service.pool.replicas()
         restores = sum(r.restores for r in replicas)  # provisioning counts one each

@@ -322,6 +322,8 @@ def test_stage4_runs_through_a_postgresql_backed_server(
     set, carried over) run and are scored on PostgreSQL: one session per episode, and the
     rewards TRL trains on are the server's fresh-replica scores."""
     pytest.importorskip("openenv", reason="the env-server extra (openenv) is not installed")
+    from served_leases import leased
+
     from birdrl.env.sqlact import EnvConfig
     from birdrl.serve.server import ServeConfig, serve_benchmark
     from birdrl.tasks.benchmark import Benchmark
@@ -333,9 +335,7 @@ def test_stage4_runs_through_a_postgresql_backed_server(
         assert len(run.tasks) == len(warm["tasks"])  # every toy task carried over
         assert served.service is not None and served.service.pool.dialect == "postgresql"
         output, history, _ = _grpo(warm, "served-pg", steps=2, env_server=served.url)
-        deadline = time.monotonic() + 60  # releases finish after the client closes
-        while served.service.stats()["leased"] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        assert leased(served, 0, timeout=60.0)  # releases finish after the client closes
         server = served.service.stats()
     client = json.loads((warm["root"] / "served-pg" / "episodes-rank0.json").read_text())
     assert len(history) == 2 * BATCH == server["episodes"] == server["sessions"]
