@@ -154,25 +154,34 @@ LOADED_MARK = "birdrl-sqlite"
 (`birdrl.dialects.mysql.load`)."""
 
 
+def has_schema_comments(cur: Any) -> bool:
+    """Whether the server keeps database comments (MariaDB 10.5 and later)."""
+    cur.execute(
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA ="
+        " 'information_schema' AND TABLE_NAME = 'SCHEMATA' AND COLUMN_NAME = 'SCHEMA_COMMENT'"
+    )
+    (found,) = cur.fetchone() or (0,)
+    return bool(found)
+
+
+def schema_comment(cur: Any, db: str) -> str | None:
+    """The comment of database `db` ("" if it has none), None if there is no such database
+    (on a server with `has_schema_comments`)."""
+    cur.execute(
+        "SELECT SCHEMA_COMMENT FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,)
+    )
+    row = cur.fetchone()
+    return None if row is None else str(row[0] or "")
+
+
 def replica_defaults(cur: Any, db: str, template_defaults: tuple[str, str]) -> tuple[str, str]:
     """(character set, collation) of the replicas of template database `db`. A template
     birdrl loaded from SQLite keeps its own (`template_defaults`: SQLite's comparisons).
     Any other gets the server's defaults: the official reset drops the task's database and
     runs a plain ``CREATE DATABASE`` before loading the dump, so a table a prediction
     creates without a collation gets the server's, whatever the template database has."""
-    cur.execute(
-        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA ="
-        " 'information_schema' AND TABLE_NAME = 'SCHEMATA' AND COLUMN_NAME = 'SCHEMA_COMMENT'"
-    )
-    (has_comments,) = cur.fetchone() or (0,)
-    if has_comments:
-        cur.execute(
-            "SELECT SCHEMA_COMMENT FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-            (db,),
-        )
-        row = cur.fetchone()
-        if row and str(row[0] or "").startswith(LOADED_MARK):
-            return template_defaults
+    if has_schema_comments(cur) and (schema_comment(cur, db) or "").startswith(LOADED_MARK):
+        return template_defaults
     cur.execute("SELECT @@character_set_server, @@collation_server")
     charset, collation = cur.fetchone()
     return str(charset), str(collation)

@@ -53,7 +53,12 @@ from birdrl.dialects.loading import (
     rows_query,
 )
 from birdrl.dialects.mysql.dsn import connect, with_database
-from birdrl.dialects.mysql.inspect import LOADED_MARK, quote
+from birdrl.dialects.mysql.inspect import (
+    LOADED_MARK,
+    has_schema_comments,
+    quote,
+    schema_comment,
+)
 from birdrl.dialects.mysql.transpile import BINARY_COLLATION, my_identifier
 from birdrl.dialects.mysql.transpile.database import (
     DatabasePlan,
@@ -200,19 +205,9 @@ def load_sqlite_database(
 def _comment(admin: pymysql.connections.Connection[Any], dbname: str) -> str | None:
     """The database's comment ("" if none), None if it does not exist."""
     with admin.cursor() as cur:
-        cur.execute(
-            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
-            "'information_schema' AND TABLE_NAME = 'SCHEMATA' AND COLUMN_NAME = 'SCHEMA_COMMENT'"
-        )
-        (has_comments,) = cur.fetchone() or (0,)
-        if not has_comments:
+        if not has_schema_comments(cur):
             raise LoadError("the server has no database comments (MariaDB >= 10.5 needed)")
-        cur.execute(
-            "SELECT SCHEMA_COMMENT FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
-            (dbname,),
-        )
-        row = cur.fetchone()
-    return None if row is None else str(row[0] or "")
+        return schema_comment(cur, dbname)
 
 
 def _run(conn: pymysql.connections.Connection[Any], statement: str, what: str) -> None:
