@@ -116,11 +116,12 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
         for r in records:
             for split, ev in _evaluations(r).items():
                 splits.setdefault(split, {}).setdefault(r.stage, {})[seed] = ev
-    out: dict[str, Any] = {"seeds": list(runs), "splits": {}}
+    out: dict[str, Any] = {"seeds": list(runs), "splits": {}, "last_against": {}}
     for split in sorted(splits, key=lambda s: (s != MAIN_SPLIT, s)):
         rows = []
         previous: dict[str, float] | None = None
         previous_stage: int | None = None
+        seen: dict[int, dict[str, float]] = {}  # every evaluated stage's rates, by seed
         for stage in sorted(splits[split]):
             by_seed = splits[split][stage]
             rates = {s: float(ev["success_rate"]) for s, ev in by_seed.items()
@@ -147,7 +148,21 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
             rows.append(row)
             if rates:
                 previous, previous_stage = rates, stage
+                seen[stage] = rates
         out["splits"][split] = rows
+        # the last stage against each earlier one but the previous (its row has that):
+        # multi-turn GRPO against the last SFT stage, and the whole run
+        *earlier, _, last = sorted(seen) if len(seen) > 1 else [None, None]
+        out["last_against"][split] = [
+            {
+                "stage": last,
+                "from": stage,
+                "change": _interval(
+                    [seen[last][s] - seen[stage][s] for s in seen[last] if s in seen[stage]], -1.0
+                ),
+            }
+            for stage in earlier
+        ]
     return out
 
 
@@ -203,6 +218,13 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
         header = ["stage", "name", "tasks", "mean SR [95%]", "pooled SR [95%]",
                   "Δ SR, pts [95%]", "Δ verdict", "explored first [95%]"]  # fmt: skip
         lines += ["", f"### {title}", "", *markdown_table(header, table)]
+        against = summary.get("last_against", {}).get(split, [])
+        lines += [""] if against else []
+        lines += [
+            f"- stage {a['stage']} against stage {a['from']}: Δ {_pct(a['change'], signed=True)} "
+            f"pts, {_verdict(a['change'])}"
+            for a in against
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -117,6 +117,17 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     row3 = next(line for line in main.splitlines() if line.startswith("| 3 |"))
     assert "| not distinguishable from no change |" in row3
     assert row3.endswith("(stage 3 trains single-turn: it cannot learn to look) |")
+    # the last stage against every earlier one but the previous: stage 2 (s + 1 solved,
+    # stage 4 s + 3) is +2 tasks in every seed; stage 0 (none) a mean of 4 of 6
+    against = {a["from"]: a for a in summary["last_against"]["held-out"]}
+    assert sorted(against) == [0, 1, 2] and {a["stage"] for a in against.values()} == {4}
+    assert against[2]["change"] == pytest.approx(third)
+    assert against[0]["change"]["estimate"] == pytest.approx(4 / 6)
+    assert against[0]["change"]["low"] > 0  # seeds 3, 4, 5 of 6: an increase
+    assert "- stage 4 against stage 0: Δ +66.7 [" in main and "pts, increase" in main
+    assert (
+        "- stage 4 against stage 2: Δ +33.3 [+33.3, +33.3] pts, the same in every seed" in main
+    )
 
 
 def test_from_mode_writes_the_summary(tmp_path: Path, episodes: dict[str, Any]) -> None:

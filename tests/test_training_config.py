@@ -171,3 +171,47 @@ def test_stages_left_unevaluated_are_named_and_checked() -> None:
     assert [config.evaluation.evaluates(n) for n in (1, 2, 3, 4)] == [False, True, True, True]
     with pytest.raises(ConfigError, match=r"skip_stages holds stages 1-4, not \[0\]"):
         apply_overrides(load_preset("tiny"), ["evaluation.skip_stages=[0]"])
+
+
+def test_samples_per_source_sets_the_mix_of_joined_sources() -> None:
+    """stage2.samples_per_source takes that many tasks of each `+`-joined source (the tiny
+    preset's 48 direct fixes and 40 looks), each the stratified subset of its own source;
+    a count per source is required, and it excludes max_samples."""
+    from collections import Counter
+
+    from birdrl.tasks.benchmark import open_benchmark
+    from birdrl.tasks.subset import stratified_subset
+    from birdrl.training.stages import CURRICULUM, TrainingTasks
+
+    config = load_preset("tiny")
+    assert config.stage2.samples_per_source == [48, 40] and config.stage2.max_samples is None
+    stage2 = next(s for s in CURRICULUM if s.number == 2)
+
+    class Run:
+        def __init__(self, config: CurriculumConfig) -> None:
+            self.config = config
+            source = config.stage_tasks(2)
+            bench = open_benchmark(source)
+            self.train = TrainingTasks(source, bench, bench.debugging_tasks())
+
+        def training(self, stage: int) -> TrainingTasks:
+            return self.train
+
+    chosen = stage2.select_tasks(Run(config))  # type: ignore[arg-type]
+    kinds = Counter("explore" if "explore" in t.instance_id else "easy" for t in chosen)
+    assert kinds == {"easy": 48, "explore": 40}
+    explore = open_benchmark("bundled:train-explore").debugging_tasks()
+    assert [t.instance_id for t in chosen[48:]] == [
+        t.instance_id for t in stratified_subset(explore, 40, config.seed)
+    ]
+    # one limit over the joined set would have left the mix to the sources' sizes
+    joined = stratified_subset(Run(config).train.tasks, 88, config.seed)
+    assert sum("explore" in t.instance_id for t in joined) < 40
+
+    wrong = apply_overrides(config, ["stage2.samples_per_source=[48]"])
+    with pytest.raises(ConfigError, match="has 1 number.s. for the 2 source.s. of"):
+        stage2.select_tasks(Run(wrong))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_samples or samples_per_source, not both"):
+        apply_overrides(config, ["stage2.max_samples=10"])
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        apply_overrides(config, ["stage2.samples_per_source=[48, -1]"])

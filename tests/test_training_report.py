@@ -97,6 +97,10 @@ def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
         "From stage 0 (base model) to stage 4 (multi-turn GRPO): 10.0% → 12.1% (+2.1 pts, "
         "95% interval [-21.4, +21.4]). That is not distinguishable from no change" in text
     )
+    # and against every evaluated stage before the previous one (here stage 1): stage 4
+    # against the last SFT stage is a line of its own
+    assert "\nFrom stage 1 (reasoning SFT) to stage 4 (multi-turn GRPO): 15.0% → 12.1%" in text
+    assert "From stage 3 (single-turn GRPO) to stage 4" not in text  # its row says it
     assert (
         "- stage 1 → stage 3 (single-turn GRPO): no change [-23.2, +23.2]: not "
         "distinguishable from no change (the interval includes 0)." in text

@@ -100,6 +100,18 @@ class SFTStageConfig:
     tasks: str | None = None
     """Train this stage on these tasks (a task source, like the run's ``tasks``); None:
     the run's ``tasks``."""
+    samples_per_source: list[int] | None = None
+    """With ``tasks`` joining sources by ``+``: at most this many tasks of each source, in
+    the order ``tasks`` names them, each taken like ``max_samples`` (which must then be
+    unset). Sets the mix that one limit over the joined set leaves to the sources' sizes."""
+
+    def __post_init__(self) -> None:
+        if self.samples_per_source is None:
+            return
+        if self.max_samples is not None:
+            raise ConfigError("set max_samples or samples_per_source, not both")
+        if any(n < 0 for n in self.samples_per_source):
+            raise ConfigError(f"samples_per_source must be >= 0, not {self.samples_per_source}")
 
 
 @dataclass(frozen=True)

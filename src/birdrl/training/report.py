@@ -353,9 +353,13 @@ def _sr_section(records: Sequence[StageRecord]) -> list[str]:
                 f"- stage {a.stage} → stage {b.stage} ({b.name}): {shown} "
                 f"{_bounds(change, signed=True)}: {_verdict(change)}."
             )
-    first, last = evaluated[0], evaluated[-1]
-    a, b = (finite_number((x.evaluation or {}).get("success_rate")) for x in (first, last))
-    if first is not last and a is not None and b is not None:
+    # the last stage against every earlier one the lines above do not pair it with: the
+    # whole run (from the first) and, say, multi-turn GRPO against the last SFT stage
+    last = evaluated[-1]
+    for first in evaluated[:-2] if len(evaluated) > 2 else evaluated[:1]:
+        a, b = (finite_number((x.evaluation or {}).get("success_rate")) for x in (first, last))
+        if first is last or a is None or b is None:
+            continue
         overall = sr_change(last.evaluation or {}, first.evaluation or {})
         extra = "" if overall is None else f", 95% interval {_bounds(overall, signed=True)}"
         lines.append(

@@ -28,11 +28,16 @@ from birdrl.data.teachers import LLMTeacher, OfflineTeacher, Teacher
 from birdrl.env.prompts import build_text2sql_messages
 from birdrl.env.sqlact import EnvConfig
 from birdrl.evaluation.evaluator import EvalConfig
-from birdrl.tasks.benchmark import Benchmark
+from birdrl.tasks.benchmark import Benchmark, load_source_tasks, split_source
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.subset import stratified_subset
 from birdrl.training.common import StageJob, StageOutput
-from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
+from birdrl.training.config import (
+    ConfigError,
+    CurriculumConfig,
+    GRPOStageConfig,
+    SFTStageConfig,
+)
 from birdrl.training.grpo import (
     EpisodeRollouts,
     Rollouts,
@@ -120,10 +125,25 @@ class Stage(ABC, Generic[SettingsT]):
         """This stage's section of `config` (``config.stageN``)."""
 
     def select_tasks(self, ctx: StageContext) -> list[Task]:
-        """``max_samples`` training tasks taken across databases and categories."""
+        """``max_samples`` training tasks taken across databases and categories; with
+        ``samples_per_source``, that many of each joined source, taken the same way."""
         settings = self.settings(ctx.config)
-        pool = ctx.training(self.number).tasks
-        return stratified_subset(pool, settings.max_samples, ctx.config.seed)
+        train = ctx.training(self.number)
+        quotas: list[int] | None = getattr(settings, "samples_per_source", None)
+        if quotas is None:
+            return stratified_subset(train.tasks, settings.max_samples, ctx.config.seed)
+        parts = split_source(train.source)
+        if len(parts) != len(quotas):
+            raise ConfigError(
+                f"stage{self.number}.samples_per_source has {len(quotas)} number(s) for the "
+                f"{len(parts)} source(s) of {train.source!r}"
+            )
+        chosen: list[Task] = []
+        for part, quota in zip(parts, quotas, strict=True):
+            ids = {t.instance_id for t in load_source_tasks(part).tasks}
+            mine = [t for t in train.tasks if t.instance_id in ids]
+            chosen += stratified_subset(mine, quota, ctx.config.seed)
+        return chosen
 
     def build_data(self, ctx: StageContext) -> StageDataset:
         """The stage's dataset from its selected training tasks."""
