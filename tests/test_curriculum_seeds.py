@@ -125,9 +125,7 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     assert against[0]["change"]["estimate"] == pytest.approx(4 / 6)
     assert against[0]["change"]["low"] > 0  # seeds 3, 4, 5 of 6: an increase
     assert "- stage 4 against stage 0: Δ +66.7 [" in main and "pts, increase" in main
-    assert (
-        "- stage 4 against stage 2: Δ +33.3 [+33.3, +33.3] pts, the same in every seed" in main
-    )
+    assert "- stage 4 against stage 2: Δ +33.3 [+33.3, +33.3] pts, the same in every seed" in main
 
 
 def test_from_mode_writes_the_summary(tmp_path: Path, episodes: dict[str, Any]) -> None:

@@ -1,11 +1,12 @@
 """The full ``tiny`` preset: the embedded SmolLM2-135M through all four stages on the CPU
-(34 minutes on 2 idle cores of a Zen 4 EPYC, docs/training.md), and what it must show:
+(21.5 minutes on 2 idle cores of a Zen 4 EPYC, docs/training.md), and what it must show:
 after stage 2, 35% of the tool calls parse and half of the held-out episodes submit (the
 base model: none); on the explore split (bugs only the data explains) stage 2's model looks
 before it submits in most episodes and solves some, and looks far less on the easy split;
-stage 4 keeps looking; a GRPO stage has reward variance in at least a quarter of its groups,
-and stage 4's weights move; every stage is evaluated on all 32 easy and 51 explore tasks.
-Not part of the default run: ``pytest -m slow``."""
+stage 4 keeps looking and ends no lower than stage 3 there (it lost no explore task in any
+seed measured); a GRPO stage has reward variance in at least a quarter of its groups, and
+stage 4's weights move; every evaluated stage (all but stage 1) sees all 32 easy and 51
+explore tasks. Not part of the default run: ``pytest -m slow``."""
 
 from __future__ import annotations
 
@@ -37,38 +38,35 @@ def test_tiny_preset_runs_all_four_stages(tmp_path: Path) -> None:
     for record in result.records[1:]:
         losses = [e["loss"] for e in record.log_history if "loss" in e]
         assert losses and all(math.isfinite(x) for x in losses)
-        assert record.evaluation is not None and record.evaluation["n"] == 12
+    # stage 1 is not evaluated (evaluation.skip_stages): it moved no held-out figure
+    assert result.records[1].evaluation is None and result.records[1].split_evaluations is None
+    evaluated = [r for r in result.records if r.stage != 1]
+    assert all(r.evaluation is not None and r.evaluation["n"] == 12 for r in evaluated)
     base, stage2 = result.records[0].evaluation, result.records[2].evaluation
     assert base is not None and stage2 is not None
     assert base["submission_rate"] == 0
     # 38.9% with the explore mix (the gold-teacher preset: 40% and more)
     assert stage2["tool_call_validity"] >= 0.35 and stage2["submission_rate"] >= 0.5
-    # trained on single-edit bugs of the train side, it fixes some of the test side's
-    easy = [r.easy_evaluation or {} for r in result.records]
-    assert max(e["success_rate"] for e in easy[2:]) > 0, [e["success_rate"] for e in easy]
+    easy = {r.stage: r.easy_evaluation or {} for r in evaluated}
     no_signal = [summarize("grpo", r.log_history)["no_signal_share"] for r in result.records[3:]]
     assert min(no_signal) <= 0.75, f"GRPO groups without signal: {no_signal}"
     # stage 4 learns from its episodes: signal in a quarter of its groups, weights moved
     stage4 = result.records[4].diagnostics or {}
     assert stage4["no_signal_share"] <= 0.75 and stage4["weight_change"] > 0, stage4
     # the easy split, all 32 tasks of it, and the explore split, all 51
-    assert all(
-        r.easy_evaluation is not None and r.easy_evaluation["n"] == 32 for r in result.records
-    )
-    explore = [(r.split_evaluations or {})["explore"] for r in result.records]
-    assert all(e["n"] == 51 for e in explore)
+    assert all(r.easy_evaluation is not None and r.easy_evaluation["n"] == 32 for r in evaluated)
+    explore = {r.stage: (r.split_evaluations or {})["explore"] for r in evaluated}
+    assert all(e["n"] == 51 for e in explore.values())
     # stage 2 teaches looking where it pays, and stage 4 keeps it
     assert explore[2]["explored_first_rate"] >= 0.5 and explore[2]["success_rate"] > 0
     assert easy[2]["explored_first_rate"] < explore[2]["explored_first_rate"]
     assert explore[4]["explored_first_rate"] >= 0.5, explore[4]
+    assert explore[4]["success_rate"] >= explore[3]["success_rate"] > 0, explore
     # held-out scores as the official evaluator gives them, rewards strict
-    assert all(
-        r.semantics == {"evaluation": "official", "reward": "strict"} for r in result.records
-    )
+    assert all(r.semantics == {"evaluation": "official", "reward": "strict"} for r in evaluated)
     report = result.report.read_text()
     assert "Success rate" in report and (tmp_path / "tiny" / "plots" / "success_rate.png").is_file()
     assert "## Success rate on the held-out split easy" in report
     assert "| scoring semantics | held-out official, rewards strict" in report
-    # the 20-minute budget is not met by this release (34 min on a Zen 4 EPYC): a bound
-    # that catches a regression, not the budget
-    assert minutes <= 40, f"the tiny preset took {minutes:.1f} min (34 measured)"
+    # 21.5 min on a Zen 4 EPYC: a bound that catches a regression on a slower or busier CPU
+    assert minutes <= 30, f"the tiny preset took {minutes:.1f} min (21.5 measured)"
