@@ -26,7 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from birdrl.evaluation.intervals import Interval, mean_interval, wilson
+from birdrl.evaluation.intervals import (
+    Interval,
+    mean_interval,
+    newcombe_paired,
+    task_outcomes,
+    wilson,
+)
 from birdrl.training.config import MAIN_SPLIT, apply_overrides, load_preset
 from birdrl.training.report import StageRecord, markdown_table
 from birdrl.training.stages import CURRICULUM
@@ -106,6 +112,29 @@ def _interval(
     }
 
 
+def pooled_change(
+    before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The change from `before` to `after` (evaluations by seed) over every seed's episodes
+    together: Newcombe's paired interval over (seed, task) pairs, with the tasks gained and
+    lost; None when a seed's evaluations keep no per-task outcomes or differ in tasks."""
+    pairs: list[tuple[bool, bool]] = []
+    for seed in sorted(set(before) & set(after)):
+        a, b = task_outcomes(before[seed]), task_outcomes(after[seed])
+        if a is None or b is None or a.keys() != b.keys():
+            return None
+        pairs += [(a[t], b[t]) for t in sorted(a)]
+    if not pairs:
+        return None
+    found = newcombe_paired([a for a, _ in pairs], [b for _, b in pairs])
+    return {
+        **found.to_dict(),
+        "gained": sum(b and not a for a, b in pairs),
+        "lost": sum(a and not b for a, b in pairs),
+        "pairs": len(pairs),
+    }
+
+
 def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
     """Per split and stage, across the runs (one per seed): mean SR with its t interval,
     the pooled SR with its Wilson interval, the mean change from the previous evaluated
@@ -141,10 +170,12 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
                 "explored_first": _interval(looked),
                 "change": None,
                 "change_from": None,
+                "pooled_change": None,
             }
-            if previous is not None:
+            if previous is not None and previous_stage is not None:
                 paired = [rates[s] - previous[s] for s in rates if s in previous]
                 row["change"], row["change_from"] = _interval(paired, -1.0), previous_stage
+                row["pooled_change"] = pooled_change(splits[split][previous_stage], by_seed)
             rows.append(row)
             if rates:
                 previous, previous_stage = rates, stage
@@ -160,6 +191,7 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
                 "change": _interval(
                     [seen[last][s] - seen[stage][s] for s in seen[last] if s in seen[stage]], -1.0
                 ),
+                "pooled_change": pooled_change(splits[split][stage], splits[split][last]),
             }
             for stage in earlier
         ]
@@ -188,12 +220,20 @@ def _verdict(iv: Mapping[str, Any] | None) -> str:
     return "increase" if iv["estimate"] > 0 else "decrease"
 
 
+def _pooled(found: Mapping[str, Any] | None) -> str:
+    if not found:
+        return "—"
+    return f"{_pct(found, signed=True)} (+{found['gained']}/−{found['lost']} of {found['pairs']})"
+
+
 def to_markdown(summary: Mapping[str, Any]) -> str:
     seeds = summary["seeds"]
     lines = [
         f"Seeds: {', '.join(map(str, seeds))} ({len(seeds)} runs). Means across seeds with "
         "Student's t 95% intervals; pooled: every seed's episodes together, Wilson 95%; Δ: "
-        "the mean per-seed change from the previous evaluated stage, in points.",
+        "the mean per-seed change from the previous evaluated stage, in points; pooled Δ: "
+        "the same change over every seed's episodes together, Newcombe's paired 95% interval, "
+        "with the tasks gained and lost of the (seed, task) pairs.",
     ]
     for split, rows in summary["splits"].items():
         title = "held-out tasks (eval_tasks)" if split == MAIN_SPLIT else f"split {split}"
@@ -212,17 +252,19 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
                     _pct(row["change"], signed=True)
                     + (f" (from stage {row['change_from']})" if row["change"] else ""),
                     _verdict(row["change"]),
+                    _pooled(row.get("pooled_change")),
                     looked,
                 ]
             )
         header = ["stage", "name", "tasks", "mean SR [95%]", "pooled SR [95%]",
-                  "Δ SR, pts [95%]", "Δ verdict", "explored first [95%]"]  # fmt: skip
+                  "Δ SR, pts [95%]", "Δ verdict", "pooled Δ, pts [95%]",
+                  "explored first [95%]"]  # fmt: skip
         lines += ["", f"### {title}", "", *markdown_table(header, table)]
         against = summary.get("last_against", {}).get(split, [])
         lines += [""] if against else []
         lines += [
             f"- stage {a['stage']} against stage {a['from']}: Δ {_pct(a['change'], signed=True)} "
-            f"pts, {_verdict(a['change'])}"
+            f"pts, {_verdict(a['change'])}; pooled {_pooled(a.get('pooled_change'))}"
             for a in against
         ]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent, summarize_tr
 from birdrl.agents.rollout import RolloutConfig, Trajectory
 from birdrl.agents.scripted import ScriptedAgent
 from birdrl.env.sqlact import EnvConfig
-from birdrl.evaluation.intervals import mean_interval, wilson
+from birdrl.evaluation.intervals import mean_interval, newcombe_paired, wilson
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.training.curriculum import policy_summary
 from birdrl.training.report import StageRecord
@@ -111,7 +111,7 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     assert row4.startswith("| 4 | multi-turn GRPO | 6 | 66.7% [")
     # the same change in every seed: no spread, so no verdict from a width-0 interval
     assert (
-        "| +33.3 [+33.3, +33.3] (from stage 3) | the same in every seed: no spread to bound it | 66.7% ["
+        "| +33.3 [+33.3, +33.3] (from stage 3) | the same in every seed: no spread to bound it | +33.3 ["
         in row4
     )
     row3 = next(line for line in main.splitlines() if line.startswith("| 3 |"))
@@ -125,6 +125,15 @@ def test_aggregate_across_seeds(tmp_path: Path, episodes: dict[str, Any]) -> Non
     assert against[0]["change"]["estimate"] == pytest.approx(4 / 6)
     assert against[0]["change"]["low"] > 0  # seeds 3, 4, 5 of 6: an increase
     assert "- stage 4 against stage 0: Δ +66.7 [" in main and "pts, increase" in main
+    # pooled over the seeds' episodes: (seed, task) pairs, Newcombe paired; stage 3 solves
+    # the first s + 1 of 6 tasks, stage 4 the first s + 3: 2 gained a seed, none lost
+    before = [t < s + 1 for s in (0, 1, 2) for t in range(N)]
+    after = [t < s + 3 for s in (0, 1, 2) for t in range(N)]
+    pooled = dict(newcombe_paired(before, after).to_dict(), gained=6, lost=0, pairs=18)
+    assert rows[4]["pooled_change"] == pytest.approx(pooled)
+    assert rows[3]["pooled_change"]["gained"] == rows[3]["pooled_change"]["lost"] == 0
+    assert rows[2]["pooled_change"]["gained"] == 6  # s + 1 solved from none
+    assert "(+6/−0 of 18) |" in row4
     assert "- stage 4 against stage 2: Δ +33.3 [+33.3, +33.3] pts, the same in every seed" in main
 
 

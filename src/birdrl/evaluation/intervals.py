@@ -30,6 +30,7 @@ __all__ = [
     "sr_change",
     "sr_interval",
     "t95",
+    "task_outcomes",
     "wilson",
 ]
 
@@ -154,7 +155,7 @@ def _finite(value: Any) -> float | None:
     return float(value) if ok and math.isfinite(value) else None
 
 
-def _outcomes(ev: Mapping[str, Any]) -> dict[str, bool] | None:
+def task_outcomes(ev: Mapping[str, Any]) -> dict[str, bool] | None:
     """Each task's success in an evaluation (None: a record without ``per_task``)."""
     per = ev.get("per_task")
     if not isinstance(per, Mapping) or not per:
@@ -173,7 +174,7 @@ def _count(ev: Mapping[str, Any], rate_key: str, count_key: str) -> tuple[int, i
 
 def sr_interval(ev: Mapping[str, Any]) -> Interval | None:
     """The success rate of an evaluation with its Wilson 95% interval (None: not measured)."""
-    outcomes = _outcomes(ev)
+    outcomes = task_outcomes(ev)
     if outcomes is not None and len(outcomes) == ev.get("n"):
         return wilson(sum(outcomes.values()), len(outcomes))
     found = _count(ev, "success_rate", "solved")
@@ -191,7 +192,7 @@ def sr_change(ev: Mapping[str, Any], prev: Mapping[str, Any]) -> Interval | None
     """The change of the success rate from `prev` to `ev` with its 95% interval:
     Newcombe's paired interval when both evaluated the same tasks (the curriculum's
     stages do), his independent one otherwise; None when either rate is missing."""
-    before, after = _outcomes(prev), _outcomes(ev)
+    before, after = task_outcomes(prev), task_outcomes(ev)
     if before is not None and after is not None and before.keys() == after.keys():
         ids = sorted(before)
         return newcombe_paired([before[i] for i in ids], [after[i] for i in ids])
