@@ -12,8 +12,12 @@ trains and evaluates) is not run again, and an interrupted one resumes. The summ
 to stdout and to ``--summary`` (``.md`` and ``.json``; default ``OUT/seeds``). Per split
 and stage: the mean success rate with Student's t 95% interval across seeds and the
 pooled rate (all seeds' episodes, Wilson), the mean change from the previous evaluated
-stage with its t interval, and the share of episodes that ran execute_sql before
-submitting (mean and t interval).
+stage with its t interval, the same change pooled over every seed's episodes (Newcombe's
+paired interval over (seed, task) pairs, with the tasks gained and lost), and the share of
+episodes that ran execute_sql before submitting (mean and t interval). The last stage is
+also compared with every earlier evaluated stage (stage 4 against stage 2). The verdict is
+the t interval's: the pooled one treats the seeds' episodes as independent and leaves out
+how much the runs themselves differ.
 """
 
 from __future__ import annotations
