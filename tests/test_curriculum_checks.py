@@ -72,6 +72,10 @@ def test_a_run_warns_reports_budgets_and_shows_each_task(tmp_path: Path) -> None
     assert set(next(iter(ev["per_task"].values()))) >= {"reward", "success", "stop_reason"}
 
     report = result.report.read_text(encoding="utf-8")
+    # the minutes and what they were measured on
+    from birdrl.agents.hardware import describe_machine
+
+    assert f"| machine | {describe_machine()['cpu']}, " in report and "\nTotal: " in report
     budgets = report.split("## Budget checks\n", 1)[1].split("\n## ", 1)[0]
     assert "| evaluation.max_tool_calls | 1 |" in budgets and "**too small**" in budgets
     tasks = report.split("## Held-out tasks\n", 1)[1].split("\n## ", 1)[0]

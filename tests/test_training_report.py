@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,8 @@ def test_report_tables_plots_and_notes(tmp_path: Path) -> None:
         "distinguishable from no change (the interval includes 0)." in text
     )
 
+    # 12 + 95 + 30 + 40 + 50 s: these evaluations recorded no time of their own
+    assert "Total: 3.8 minutes, every stage's training and evaluation" in text
     training = _rows(text, "Training")
     assert training["0"][3:] == ["12.0 s (eval)", "—", "—"]
     assert training["1"][3:5] == ["1 min 35 s", "4"]
@@ -389,3 +392,29 @@ def test_paired_changes_and_the_exploring_share(tmp_path: Path) -> None:
         "- stage 2 → stage 3 (s3): no change [-10.5, +10.5]: not distinguishable from no "
         "change (the interval includes 0)." in text
     )
+
+
+def test_run_seconds_adds_each_evaluation_once() -> None:
+    """A stage's evaluation time is added to its training time once (its splits ran in the
+    same batch and repeat it); stage 0's time is already its evaluation; a stage left out
+    by skip_stages adds nothing; a record without a time makes the total unknown."""
+    from birdrl.training.report import run_seconds
+
+    timed = {"seconds": 20.0}
+    records = [
+        StageRecord(0, "base model", "base", "/m/b", 30.0, [], {"n": 1, **timed}, []),
+        StageRecord(1, "reasoning SFT", "sft", "/m/1", 5.0, [], None, []),
+        StageRecord(
+            2,
+            "tool-use SFT",
+            "sft",
+            "/m/2",
+            100.0,
+            [],
+            {"n": 1, **timed},
+            [],
+            split_evaluations={"easy": {"n": 1, **timed}},
+        ),  # fmt: skip
+    ]
+    assert run_seconds(records) == 30.0 + 5.0 + 100.0 + 20.0
+    assert run_seconds([*records, replace(records[1], seconds=float("nan"))]) is None

@@ -181,6 +181,12 @@ def describe_machine() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform's name is all there is
     if cpuinfo.is_file():
-        names = [line for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else cpu
+        fields: dict[str, str] = {}
+        for line in cpuinfo.read_text().splitlines():  # the first processor's fields
+            key, sep, value = line.partition(":")
+            if sep and key.strip() not in fields:
+                fields[key.strip()] = value.strip()
+        cpu = fields.get("model name", cpu)
+        if "cpu family" in fields and "model" in fields:  # a virtualised "AMD EPYC" says no more
+            cpu += f" (family {fields['cpu family']}, model {fields['model']})"
     return {"cpu": cpu, "cores": os.cpu_count(), "bf16": detect_bf16().to_dict()}

@@ -22,6 +22,7 @@ from typing import Any
 
 from birdrl.agents.base import GenerationConfig
 from birdrl.agents.evaluate import AgentEvalResult, evaluate_agent, summarize_trajectories
+from birdrl.agents.hardware import describe_machine
 from birdrl.agents.rollout import RolloutConfig, Trajectory, write_trajectories
 from birdrl.data.difficulty import issue_sql_credit
 from birdrl.data.stages import StageDataset
@@ -492,6 +493,7 @@ class _Run:
                 f"rewards {self.reward_config.semantics} (docs/evaluation.md)",
                 "stage 3 reward": cfg.stage3.reward,
                 "stage 4 KL beta": cfg.stage4.beta,
+                "machine": _machine(),
                 "generation": self.generation.plan.why,
                 "generation dtype": self.generation.plan.dtype.reason,
                 "training precision": self.generation.training_precision.reason,
@@ -598,6 +600,18 @@ def eval_trajectories_path(stage_dir: Path, split: str = MAIN_SPLIT) -> Path:
     for ``eval_tasks``, ``eval_trajectories_<label>.jsonl`` for a further split."""
     name = "eval_trajectories" if split == MAIN_SPLIT else f"eval_trajectories_{split}"
     return stage_dir / f"{name}.jsonl"
+
+
+def _machine() -> str:
+    """The CPU and cores writing the report: what the run's minutes were measured on (a
+    resumed run's earlier stages may have run elsewhere)."""
+    found = describe_machine()
+    text = f"{found['cpu']}, {found['cores']} cores"
+    if use_cuda():
+        import torch
+
+        text += f"; {torch.cuda.device_count()} × {torch.cuda.get_device_name()}"
+    return text
 
 
 def _with_defaults(saved: Any, defaults: Any) -> Any:

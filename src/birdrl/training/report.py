@@ -145,6 +145,20 @@ def _duration(record: StageRecord) -> str:
     return text + (" (eval)" if record.kind == "base" else "")
 
 
+def run_seconds(records: Sequence[StageRecord]) -> float | None:
+    """Every stage's training and evaluation, summed from the records (stage 0's seconds are
+    its evaluation's; a stage not evaluated adds none); None when a record holds no time."""
+    total = 0.0
+    for r in records:
+        seconds = finite_number(r.seconds)
+        if seconds is None:
+            return None
+        total += seconds
+        if r.kind != "base":
+            total += finite_number((r.evaluation or {}).get("seconds")) or 0.0
+    return total
+
+
 def _pct(value: float | None) -> str:
     return DASH if value is None else f"{100 * value:.1f}%"
 
@@ -651,6 +665,14 @@ def write_report(
         "Training signal: first → last logged value (SFT: loss, GRPO: mean reward); "
         '"means of k": each end averages k logged steps.',
     ]
+    total = run_seconds(records)
+    if total is not None:
+        lines += [
+            "",
+            f"Total: {total / 60:.1f} minutes, every stage's training and evaluation (time: "
+            "training only, but stage 0's) summed; a resumed stage counts the run that made "
+            "it, and the setup before stage 0 is not in it.",
+        ]
     lines += ["", "## Learning signal", "", *_signal_section(records)]
     lines += ["", "## Success rate", "", *_sr_section(records), ""]
     for label in _split_labels(records, split_sources or {}):
