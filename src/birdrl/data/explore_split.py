@@ -60,6 +60,7 @@ __all__ = [
     "ExploreSplits",
     "build_explore_splits",
     "check_value_hidden",
+    "other_passing_values",
     "write_explore_splits",
 ]
 
@@ -388,6 +389,31 @@ def check_value_hidden(tasks: Iterable[Task], databases: Mapping[str, Path]) -> 
                 shown.append(f"{task.instance_id} ({setting} prompt): {value!r}")
     if shown:
         raise ExploreSplitError("the needed value shows in the prompt: " + "; ".join(shown))
+
+
+def other_passing_values(task: Task, db_path: Path) -> list[str]:
+    """The values of the task's column, other than the stored one its fix needs, with which
+    the reference fix returns the same rows: a submission that copies one of them from the
+    look is scored a success. Empty when the hidden test tells the right value from every
+    other (validation does not yet require it: docs/benchmark.md#the-explore-splits)."""
+    _, table, column = str(task.extra["column"]).split(".")
+    value, fix = _stored_value(task), task.sol_sql[0]
+    target = _literal(value)
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        gold = con.execute(fix).fetchall()
+        rows = con.execute(
+            f"SELECT DISTINCT CAST({_quote(column)} AS TEXT) FROM {_quote(table)} "
+            f"WHERE {_quote(column)} IS NOT NULL"
+        ).fetchall()
+        return [
+            other
+            for (other,) in rows
+            if other != value
+            and con.execute(fix.replace(target, _literal(other))).fetchall() == gold
+        ]
+    finally:
+        con.close()
 
 
 def _visible(candidate: _Candidate, databases: Mapping[str, Path]) -> bool:
