@@ -208,9 +208,9 @@ def test_samples_per_source_sets_the_mix_of_joined_sources() -> None:
     joined = stratified_subset(Run(config).train.tasks, 88, config.seed)
     assert sum("explore" in t.instance_id for t in joined) < 40
 
-    wrong = apply_overrides(config, ["stage2.samples_per_source=[48]"])
+    # refused when the configuration is read, before any stage runs
     with pytest.raises(ConfigError, match="has 1 number.s. for the 2 source.s. of"):
-        stage2.select_tasks(Run(wrong))  # type: ignore[arg-type]
+        apply_overrides(config, ["stage2.samples_per_source=[48]"])
     with pytest.raises(ConfigError, match="max_samples or samples_per_source, not both"):
         apply_overrides(config, ["stage2.max_samples=10"])
     with pytest.raises(ConfigError, match="must be >= 0"):

@@ -20,6 +20,7 @@ from typing import Any
 
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.semantics import Semantics, SemanticsError
+from birdrl.tasks.benchmark import split_source
 
 __all__ = [
     "GENERATION_ENGINES",
@@ -403,6 +404,13 @@ class CurriculumConfig:
             tasks = getattr(self, f"stage{n}").tasks
             if tasks is not None and not tasks.strip():
                 raise ConfigError(f"stage{n}.tasks must name a task source or be left out")
+        for n in (1, 2):  # a count per joined source, refused before any stage runs
+            quotas, source = getattr(self, f"stage{n}").samples_per_source, self.stage_tasks(n)
+            if quotas is not None and len(quotas) != (parts := len(split_source(source))):
+                raise ConfigError(
+                    f"stage{n}.samples_per_source has {len(quotas)} number(s) for the "
+                    f"{parts} source(s) of {source!r}"
+                )
 
     def held_out_splits(self) -> list[HeldOutSplit]:
         """The held-out splits evaluated besides ``eval_tasks``, in report order:

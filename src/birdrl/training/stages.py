@@ -32,12 +32,7 @@ from birdrl.tasks.benchmark import Benchmark, load_source_tasks, split_source
 from birdrl.tasks.model import Task, TextToSQLTask
 from birdrl.tasks.subset import stratified_subset
 from birdrl.training.common import StageJob, StageOutput
-from birdrl.training.config import (
-    ConfigError,
-    CurriculumConfig,
-    GRPOStageConfig,
-    SFTStageConfig,
-)
+from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
 from birdrl.training.grpo import (
     EpisodeRollouts,
     Rollouts,
@@ -132,14 +127,8 @@ class Stage(ABC, Generic[SettingsT]):
         quotas: list[int] | None = getattr(settings, "samples_per_source", None)
         if quotas is None:
             return stratified_subset(train.tasks, settings.max_samples, ctx.config.seed)
-        parts = split_source(train.source)
-        if len(parts) != len(quotas):
-            raise ConfigError(
-                f"stage{self.number}.samples_per_source has {len(quotas)} number(s) for the "
-                f"{len(parts)} source(s) of {train.source!r}"
-            )
-        chosen: list[Task] = []
-        for part, quota in zip(parts, quotas, strict=True):
+        chosen: list[Task] = []  # one count per source: CurriculumConfig checked it
+        for part, quota in zip(split_source(train.source), quotas, strict=True):
             ids = {t.instance_id for t in load_source_tasks(part).tasks}
             mine = [t for t in train.tasks if t.instance_id in ids]
             chosen += stratified_subset(mine, quota, ctx.config.seed)
