@@ -152,8 +152,6 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": list(runs), "splits": {}, "last_against": {}}
     for split in sorted(splits, key=lambda s: (s != MAIN_SPLIT, s)):
         rows = []
-        previous: dict[str, float] | None = None
-        previous_stage: int | None = None
         seen: dict[int, dict[str, float]] = {}  # every evaluated stage's rates, by seed
         for stage in sorted(splits[split]):
             by_seed = splits[split][stage]
@@ -176,13 +174,14 @@ def aggregate(runs: Mapping[str, Sequence[StageRecord]]) -> dict[str, Any]:
                 "change_from": None,
                 "pooled_change": None,
             }
-            if previous is not None and previous_stage is not None:
+            if seen:  # the previous evaluated stage
+                previous_stage = max(seen)
+                previous = seen[previous_stage]
                 paired = [rates[s] - previous[s] for s in rates if s in previous]
                 row["change"], row["change_from"] = _interval(paired, -1.0), previous_stage
                 row["pooled_change"] = pooled_change(splits[split][previous_stage], by_seed)
             rows.append(row)
             if rates:
-                previous, previous_stage = rates, stage
                 seen[stage] = rates
         out["splits"][split] = rows
         # the last stage against each earlier one but the previous (its row has that):
