@@ -127,11 +127,8 @@ def test_the_fuzzer_catches_disabled_dirty_detection(
         assert fuzz(pool, my, seed=0)
 
 
-def test_the_fuzzer_catches_a_restore_that_forgets_triggers(
-    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Table-level restore must re-create a re-cloned table's triggers: dropping a table
-    drops them."""
+def _forget_triggers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make table-level restore leave out the triggers of the tables it re-clones."""
     original = MySQLReplica._restore_objects
 
     def forgetful(
@@ -144,6 +141,28 @@ def test_the_fuzzer_catches_a_restore_that_forgets_triggers(
         return original(self, conn, kept, present)
 
     monkeypatch.setattr(MySQLReplica, "_restore_objects", forgetful)
+
+
+def test_a_restore_that_forgets_triggers_is_caught_by_its_check(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Table-level restore must re-create a re-cloned table's triggers (dropping a table
+    drops them). One that forgets them does not check out against the template
+    (`MySQLReplica._verify`): it is redone whole, and no lease sees the difference."""
+    _forget_triggers(monkeypatch)
     with my.pool(tmp_path, replicas_per_db=2) as pool:
         problems = [p for seed in range(3) for p in fuzz(pool, my, seed)]
-        assert problems
+        redone = sum(r.verify_failures for r in pool.replicas() if isinstance(r, MySQLReplica))
+    assert problems == []
+    assert redone > 0
+
+
+def test_without_its_check_a_forgetful_restore_is_caught_by_the_fuzzer(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meta-test of the one above: with the check after restore switched off, the same
+    forgetful restore leaks and the fuzzer sees it."""
+    _forget_triggers(monkeypatch)
+    monkeypatch.setattr(MySQLReplica, "_verify", lambda self, *args: None)
+    with my.pool(tmp_path, replicas_per_db=2) as pool:
+        assert [p for seed in range(3) for p in fuzz(pool, my, seed)]

@@ -12,7 +12,8 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -112,6 +113,8 @@ class Lease:
         self._ready = False
         self._closed = False
         self._close_reason = ""
+        self.holds = 0
+        """Open `trusted` blocks (guarded by the pool's lock): a held lease never expires."""
 
     @property
     def db_id(self) -> str:
@@ -178,6 +181,23 @@ class Lease:
         Waits for a running statement of this lease to end (only this trajectory waits):
         on return no connection of the lease is open on the replica."""
         self.close_connection()
+
+    @contextmanager
+    def trusted(self) -> Iterator[str]:
+        """``with lease.trusted() as locator:`` the contract for trusted code of this
+        trajectory that writes to the replica over a connection of its own (test cases, a
+        trainer's checks): the guarded connection is closed first (`reset_connection`), the
+        lease cannot expire while the block runs (the TTL counts again from its end), and a
+        lease that already ended raises `LeaseClosedError` instead of letting the code write
+        to a replica the pool may have lent to another trajectory. Close every connection
+        the block opened before it ends: the pool checks and restores the replica on
+        release, and a write still running then is outside what it can see."""
+        self._pool.hold(self)
+        try:
+            self.close_connection()
+            yield self.locator
+        finally:
+            self._pool.unhold(self)
 
     def release(self) -> bool:
         """Give the replica back (same as `ReplicaPool.release(traj_id)`)."""

@@ -35,6 +35,7 @@ from birdrl.db.backend import (
 )
 from birdrl.db.errors import (
     AcquireTimeout,
+    LeaseClosedError,
     PoolConfigError,
     PoolError,
     PoolLockedError,
@@ -411,12 +412,28 @@ class ReplicaPool:
 
     # -- expiry -----------------------------------------------------------------------------
 
+    def hold(self, lease: Lease) -> None:
+        """Pin `lease` against expiry for `Lease.trusted` (LeaseClosedError if it ended)."""
+        lease.check_usable()  # an expired lease is reclaimed here and raises
+        with self._cond:
+            if lease.closed:  # reclaimed by another thread since
+                raise LeaseClosedError(
+                    f"lease of trajectory {lease.traj_id!r} on {lease.db_id!r} ended"
+                )
+            lease.holds += 1
+
+    def unhold(self, lease: Lease) -> None:
+        with self._cond:
+            lease.holds -= 1
+            lease.touch()
+
     def _pop_expired(self, wid: int | None = None, db_id: str | None = None) -> list[Lease]:
-        """Remove expired leases from the registry (caller holds the lock)."""
+        """Remove expired leases from the registry (caller holds the lock). A lease held by
+        `Lease.trusted` does not expire: its trajectory's trusted code may be writing."""
         now = time.monotonic()
         out = []
         for traj_id, lease in list(self._leases.items()):
-            if not lease.ready or lease.expires_at > now:
+            if not lease.ready or lease.expires_at > now or lease.holds:
                 continue
             if wid is not None and (lease.worker_id != wid or lease.db_id != db_id):
                 continue
@@ -437,7 +454,11 @@ class ReplicaPool:
     def expire(self, lease: Lease) -> None:
         """Reclaim `lease` if its TTL has passed (a lease checks this before each use)."""
         with self._cond:
-            if self._leases.get(lease.traj_id) is not lease or lease.expires_at > time.monotonic():
+            if (
+                self._leases.get(lease.traj_id) is not lease
+                or lease.expires_at > time.monotonic()
+                or lease.holds
+            ):
                 return
             del self._leases[lease.traj_id]
             lease.end("expired (TTL reached without use)")

@@ -22,7 +22,7 @@ import functools
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from birdrl.db.describe import sample_rows_comment
@@ -198,20 +198,41 @@ def schema_defaults(cur: Any, db: str) -> tuple[Any, ...] | None:
     return tuple(row) if row else None
 
 
-def object_state(conn: Any, db: str) -> dict[ObjectKey, str] | None:
+_VOLATILE = frozenset({"CREATE_TIME", "CREATED", "LAST_ALTERED", "TABLE_ID", "SPACE"})
+"""What differs between a template and a faithful copy of it: creation times, InnoDB ids."""
+_TEXTS = frozenset({"VIEW_DEFINITION", "ACTION_STATEMENT", "ROUTINE_DEFINITION"})
+"""Definitions that name their own schema."""
+
+
+def object_state(
+    conn: Any, db: str, *, portable: bool = False, own: str | None = None
+) -> dict[ObjectKey, str] | None:
     """Digest of every object of database `db` (see the module docstring), None if the
     database does not exist. A few milliseconds on the bundled databases (a dozen
-    ``information_schema`` queries, whatever the number of tables)."""
+    ``information_schema`` queries, whatever the number of tables).
+
+    `portable` digests what a faithful copy shares with its original, so that a replica's
+    state can be checked against its template's: no creation times, InnoDB ids or
+    statistics, the schema's own name left out of definitions, a definer equal to `own`
+    (``user@host``; None: every definer) read as ``<self>``, and the database as its
+    character set, collation and comment."""
     parts: dict[ObjectKey, list[str]] = defaultdict(list)
     with conn.cursor() as cur:
-        schema = schema_defaults(cur, db)
-        if schema is None:
+        cur.execute("SELECT * FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,))
+        row = cur.fetchone()
+        if row is None:
             return None
-        parts[DATABASE].append(repr(schema))
+        schema = dict(zip((d[0].upper() for d in cur.description), row, strict=True))
+        keep = ("DEFAULT_CHARACTER_SET_NAME", "DEFAULT_COLLATION_NAME", "SCHEMA_COMMENT")
+        parts[DATABASE].append(repr(tuple(schema.get(k) for k in keep)))
         for kind, _, query in _QUERIES:
+            if portable and "_stats" in query:
+                continue
             cur.execute(query, (db,) * query.count("%s"))
-            _collect(parts, kind, cur.fetchall())
+            _collect(parts, kind, _rows(cur, db if portable else None, own))
         for kind, query in _OPTIONAL:
+            if portable and "_stats" in query:
+                continue
             args = (db,) * query.count("%s")
             try:
                 cur.execute(query, args)
@@ -219,11 +240,38 @@ def object_state(conn: Any, db: str) -> dict[ObjectKey, str] | None:
                 if _error_code(exc) not in (1109, 1146, 1049):  # unknown table / database
                     raise
                 continue
-            _collect(parts, kind, cur.fetchall())
-    return {
-        key: hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32]
-        for key, lines in parts.items()
-    }
+            _collect(parts, kind, _rows(cur, db if portable else None, own))
+    return {key: state_digest(lines) for key, lines in parts.items()}
+
+
+def state_digest(lines: list[str]) -> str:
+    """The digest of one object's lines in `object_state`."""
+    return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32]
+
+
+def _rows(cur: Any, portable_of: str | None, own: str | None) -> list[tuple[Any, ...]]:
+    """The rows of the last query; for a portable state of database `portable_of`, without
+    `_VOLATILE` columns, the schema's name and the own definer."""
+    rows = cur.fetchall()
+    if portable_of is None:
+        return list(rows)
+    names = [d[0].upper() for d in cur.description]
+    prefix = quote(portable_of) + "."
+    out = []
+    for row in rows:
+        kept: list[Any] = []
+        for name, value in zip(names, row, strict=True):
+            if name in _VOLATILE:
+                continue
+            if value == portable_of:  # e.g. a foreign key's REFERENCED_TABLE_SCHEMA
+                value = "<schema>"
+            elif name in _TEXTS and isinstance(value, str):
+                value = value.replace(prefix, "")
+            elif name == "DEFINER" and (own is None or value == own):
+                value = "<self>"
+            kept.append(value)
+        out.append(tuple(kept))
+    return out
 
 
 def _collect(parts: dict[ObjectKey, list[str]], kind: str, rows: Iterable[Any]) -> None:
@@ -264,6 +312,24 @@ def checksums(conn: Any, db: str, tables: Iterable[str]) -> dict[str, int]:
     with conn.cursor() as cur:
         cur.execute("CHECKSUM TABLE " + ", ".join(f"{quote(db)}.{quote(t)}" for t in names))
         return {str(t).split(".", 1)[-1]: int(c or 0) for t, c in cur.fetchall()}
+
+
+def row_digests(conn: Any, db: str, columns: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """Per table of `db` (name -> the columns to read): its row count and an
+    order-independent sum of per-row MD5s, as one string. Unlike ``CHECKSUM TABLE``, which
+    gives different sums for equal rows of a table with a stored generated column, equal
+    rows always give equal digests; duplicates count."""
+    out: dict[str, str] = {}
+    with conn.cursor() as cur:
+        for table, cols in sorted(columns.items()):
+            row = ", ".join(f"QUOTE({quote(c)})" for c in cols) or "''"
+            cur.execute(
+                f"SELECT COUNT(*), SUM(CONV(SUBSTR(MD5(CONCAT_WS(',', {row})), 1, 15), 16, 10))"
+                f" FROM {quote(db)}.{quote(table)}"
+            )
+            count, total = cur.fetchone()
+            out[table] = f"{int(count)}:{int(total or 0)}"
+    return out
 
 
 def tables_of(state: dict[ObjectKey, str]) -> list[str]:

@@ -20,10 +20,13 @@ from birdrl.dialects.mysql.inspect import (
     ObjectKey,
     checksums,
     describe,
+    has_schema_comments,
     object_state,
     quote,
     replica_defaults,
+    row_digests,
     schema_defaults,
+    state_digest,
     tables_of,
     write_counts,
 )
@@ -65,6 +68,15 @@ class MySQLTemplate:
     state: dict[ObjectKey, str]
     writes: dict[str, int] | None
     backend: MySQLBackend = field(repr=False)
+    portable: dict[ObjectKey, str] = field(default_factory=dict, repr=False)
+    """What every faithful replica shows (`inspect.object_state` portable, the database as
+    its replicas are created: the replica defaults and no comment)."""
+    sums: dict[str, str] = field(default_factory=dict, repr=False)
+    """`inspect.row_digests` of each table: what a restored table's rows must give."""
+    cascades: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+    """Table -> the tables a write to it may change through foreign-key actions (CASCADE,
+    SET NULL, SET DEFAULT), transitively. InnoDB applies those below the server's
+    per-table write counters, so a write to the parent does not move the child's."""
 
     @property
     def size(self) -> int:
@@ -90,8 +102,16 @@ class MySQLTemplate:
                     raise TemplateError(f"template database {dbname!r} vanished while opened")
                 charset, collation = replica_defaults(cur, dbname, (defaults[0], defaults[1]))
                 objects = _read_objects(cur, dbname, state)
+                comment = "" if has_schema_comments(cur) else None
+                cascades = _cascades(cur, dbname)
             writes = write_counts(conn, dbname) if backend.write_counters else None
-        return cls(db_id, dbname, charset, collation, objects, state, writes, backend)
+            portable = object_state(conn, dbname, portable=True) or {}
+            portable[DATABASE] = state_digest([repr((charset, collation, comment))])
+            sums = row_digests(conn, dbname, _columns(objects))
+        return cls(
+            db_id, dbname, charset, collation, objects, state, writes, backend,
+            portable, sums, cascades,
+        )  # fmt: skip
 
     def identity(self) -> dict[str, Any]:
         """What a replica's record must match: the template's name and objects."""
@@ -171,6 +191,41 @@ def _analyze(conn: Any, db: str, tables: list[str]) -> bool:
     return True
 
 
+def _columns(
+    objects: Mapping[ObjectKey, _Object], only: list[str] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Table -> its stored columns (of the tables in `only`; None: all)."""
+    return {
+        o.name: o.columns
+        for o in objects.values()
+        if o.kind == "table" and (only is None or o.name in only)
+    }
+
+
+def _cascades(cur: Any, db: str) -> dict[str, frozenset[str]]:
+    """`MySQLTemplate.cascades` of database `db`."""
+    cur.execute(
+        "SELECT REFERENCED_TABLE_NAME, TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS"
+        " WHERE CONSTRAINT_SCHEMA = %s AND (DELETE_RULE NOT IN ('RESTRICT', 'NO ACTION')"
+        " OR UPDATE_RULE NOT IN ('RESTRICT', 'NO ACTION'))",
+        (db,),
+    )
+    children: dict[str, set[str]] = {}
+    for parent, child in cur.fetchall():
+        children.setdefault(str(parent), set()).add(str(child))
+    out: dict[str, frozenset[str]] = {}
+    for parent in children:
+        seen: set[str] = set()
+        todo = [parent]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in seen:
+                    seen.add(child)
+                    todo.append(child)
+        out[parent] = frozenset(seen)
+    return out
+
+
 def _differ(a: Mapping[_K, object], b: Mapping[_K, object]) -> set[_K]:
     """Keys whose values differ, or that only one side has."""
     return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
@@ -242,6 +297,8 @@ class MySQLReplica:
         self.need_reset = True
         self.restores = 0
         self.objects_restored = 0
+        self.verify_failures = 0
+        """Restores whose result did not check out against the template (`_verify`)."""
         self._clean: _Clean | None = None
         self._dirty: set[ObjectKey] | None = None
         self._present: set[ObjectKey] = set()
@@ -327,6 +384,7 @@ class MySQLReplica:
             moved = _differ(now.checks, clean.checks)
         else:
             return None
+        moved |= {child for t in moved for child in self._template.cascades.get(t, ())}
         dirty |= {("table", t) for t in moved}
         if DATABASE in dirty:
             return None
@@ -339,28 +397,53 @@ class MySQLReplica:
 
     def restore(self, stats: IOStats, category: str = "restore") -> None:
         """Re-clone what `changed` found different (or, after any doubt, a whole new
-        database), then record the clean state."""
+        database), check the result against the template (`_verify`), then record the
+        clean state. A table-level restore that does not check out is redone whole; a
+        whole one that does not raises `RestoreError`, and the replica, without a clean
+        record, is lent to no one and restored whole next time."""
         import pymysql
 
         dirty, self._dirty = self._dirty, None
         present, self._present = self._present, set()
-        whole = dirty is None or self.backend.scope == "database" or category == "provision"
-        self._clean = None
+        previous, self._clean = self._clean, None
         self.state_path.unlink(missing_ok=True)
         backend = self.backend
+        whole = dirty is None or backend.scope == "database" or category == "provision"
         try:
-            backend.settle(self.dbname, timeout_s=2.0)
+            if not backend.settle(self.dbname, timeout_s=2.0):
+                # a session came (or stayed) after the replica was checked: anything may
+                # have changed, and nothing may run while it is rebuilt
+                whole = True
+                if not backend.settle(self.dbname):
+                    raise RestoreError(
+                        f"sessions of replica database {self.dbname!r} did not end; not restored"
+                    )
             backend.rollback_xa()
             with backend.connect_admin() as conn, stats.measure(category) as op:
-                if whole:
-                    written = self._clone_database(conn)
-                else:
+                written = 0
+                problem: str | None = None
+                if not whole:
                     assert dirty is not None
                     written = self._restore_objects(conn, dirty, present)
+                    clean = self._record(conn)
+                    restored = {n for k, n in dirty if k == "table"}
+                    problem = self._verify(conn, clean, restored, previous)
+                    if problem is not None:
+                        self.verify_failures += 1
+                        whole = True
+                if whole:
+                    written += self._clone_database(conn)
+                    clean = self._record(conn)
+                    problem = self._verify(conn, clean, None, None)
                 op.add(read=written, written=written)
-                clean = self._record(conn)
         except pymysql.err.Error as exc:
             raise RestoreError(f"cannot restore replica database {self.dbname!r}: {exc}") from exc
+        if problem is not None:
+            self.verify_failures += 1
+            raise RestoreError(
+                f"replica database {self.dbname!r} differs from its template right after a"
+                f" whole re-clone ({problem}); not lent"
+            )
         write_state(self.state_path, self._template.identity(), "clean", clean.to_json())
         self._clean = clean
         self.restores += 1
@@ -370,6 +453,37 @@ class MySQLReplica:
         if clean is None:
             raise RestoreError(f"replica database {self.dbname!r} vanished right after its restore")
         return clean
+
+    def _verify(
+        self, conn: Any, clean: _Clean, restored: set[str] | None, previous: _Clean | None
+    ) -> str | None:
+        """Why the restored replica is not its template (None: it is): its portable
+        object state against the template's, the rows of the tables it re-cloned
+        (`restored`; None: all) against the template's checksums, and the write counters
+        of the others against the previous clean record, which they must still match: a
+        write that dirty detection missed is found here instead of being recorded as
+        clean. A few milliseconds plus one read of the re-cloned tables."""
+        tpl = self._template
+        own = f"{self.user}@{self.backend.user_host}"
+        portable = object_state(conn, self.dbname, portable=True, own=own) or {}
+        wrong = sorted(f"{k} {n}".strip() for k, n in _differ(portable, tpl.portable))
+        if wrong:
+            return "objects differ: " + ", ".join(wrong[:6])
+        tables = tables_of(tpl.state)
+        kept = [] if restored is None else [t for t in tables if t not in restored]
+        if kept and (clean.writes is None or previous is None or previous.writes is None):
+            restored, kept = None, []  # no counters to vouch for them: read them all
+        summed = tables if restored is None else [t for t in tables if t in restored]
+        now = row_digests(conn, self.dbname, _columns(tpl.objects, summed))
+        wrong = [t for t in summed if now.get(t) != tpl.sums.get(t)]
+        if wrong:
+            return "rows differ: " + ", ".join(wrong[:6])
+        before = previous.writes if previous is not None else None
+        after = clean.writes or {}
+        moved = [t for t in kept if before is not None and after.get(t) != before.get(t)]
+        if moved:
+            return "written since checked: " + ", ".join(moved[:6])
+        return None
 
     def _clone_database(self, conn: Any) -> int:
         self.objects_restored += len(self._template.objects)

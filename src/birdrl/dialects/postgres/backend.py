@@ -279,15 +279,24 @@ class PostgresBackend:
         return int(rows[0][0]) if rows else None
 
     def counters(self, oid: int) -> PGCounters | None:
+        """The row counters of database `oid` and its database-level attributes (shared
+        catalogs, which no counter of the database sees: its comment, connection limit,
+        ACL and per-database settings, all of which a trusted connection may change)."""
         rows = self.query(
-            "SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted,"
-            " stats_reset::text FROM pg_catalog.pg_stat_database WHERE datid = %s",
+            "SELECT s.xact_commit + s.xact_rollback, s.tup_inserted, s.tup_updated,"
+            " s.tup_deleted, s.stats_reset::text, concat_ws(' | ', d.datconnlimit,"
+            " d.datallowconn, d.datacl::text, pg_catalog.shobj_description(d.oid, 'pg_database'),"
+            " (SELECT string_agg(r.setrole || ':' || array_to_string(r.setconfig, ','), ';'"
+            "  ORDER BY r.setrole) FROM pg_catalog.pg_db_role_setting r"
+            "  WHERE r.setdatabase = d.oid))"
+            " FROM pg_catalog.pg_stat_database s JOIN pg_catalog.pg_database d ON d.oid = s.datid"
+            " WHERE s.datid = %s",
             (oid,),
         )
         if not rows:
             return None
-        x, i, u, d, reset = rows[0]
-        return PGCounters(oid, int(x), int(i), int(u), int(d), reset)
+        x, i, u, d, reset, database = rows[0]
+        return PGCounters(oid, int(x), int(i), int(u), int(d), reset, database=str(database))
 
     def settle(self, oid: int, timeout_s: float = _SETTLE_TIMEOUT_S) -> bool:
         """Wait until no session is connected to database `oid` (their statistics are then

@@ -38,14 +38,25 @@ class PGCounters:
     stats_reset: str | None
     statistics: str | None = None
     """`inspect.statistics_state` of the replica right after its restore (None: unknown)."""
+    database: str | None = None
+    """The database's own attributes (`PostgresBackend.counters`; None: unknown)."""
 
     def same_rows(self, other: PGCounters) -> bool:
-        return (self.oid, self.inserted, self.updated, self.deleted, self.stats_reset) == (
+        """Same rows written and same database attributes (both known)."""
+        return other.database is not None and (
+            self.oid,
+            self.inserted,
+            self.updated,
+            self.deleted,
+            self.stats_reset,
+            self.database,
+        ) == (
             other.oid,
             other.inserted,
             other.updated,
             other.deleted,
             other.stats_reset,
+            other.database,
         )
 
 
