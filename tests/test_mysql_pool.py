@@ -10,6 +10,7 @@ server (the `mariadb` fixture; skipped without one).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from birdrl.db import PoolConfig, ReplicaPool, TemplateError
+from birdrl.db import PoolConfig, ReplicaPool, RestoreError, TemplateError
 from birdrl.dialects.mysql.dsn import connect
 from birdrl.dialects.mysql.inspect import fingerprint, quote
 from birdrl.dialects.mysql.local import LocalMariaDB
@@ -310,3 +311,161 @@ def test_replica_users_reach_only_their_own_database(my: MySetup, tmp_path: Path
             result = lease.execute(f"SELECT COUNT(*) FROM {target}.customer")
             assert result.error_kind == "refused", (target, result)
         pool.release("one")
+
+
+# ---------------------------------------------------------------- database level, restores
+
+
+def _database_row(my: MySetup, dbname: str) -> tuple[Any, ...] | None:
+    with connect(my.admin_dsn) as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME, SCHEMA_COMMENT"
+            " FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
+            (dbname,),
+        )
+        return cur.fetchone()
+
+
+def test_a_database_comment_set_through_the_sandbox_does_not_reach_the_next_lease(
+    my: MySetup, tmp_path: Path
+) -> None:
+    with my.pool(tmp_path) as pool:
+        replica = _only(pool)
+        fresh = _database_row(my, replica.dbname)
+        _session(pool, "commenter", f"ALTER DATABASE {replica.dbname} COMMENT 'left behind'")
+        assert replica.need_reset and replica._dirty is None  # the database itself: whole
+        pool.acquire("next", "shop")
+        assert _database_row(my, replica.dbname) == fresh
+        assert my.state(replica.dbname) == my.state(my.templates["shop"])
+        pool.release("next")
+
+
+@pytest.mark.parametrize(
+    "statements",
+    [
+        ("DROP DATABASE {db}",),
+        ("DROP DATABASE {db}", "CREATE DATABASE {db}"),
+        ("DROP DATABASE {db}", "CREATE DATABASE {db} CHARACTER SET latin1 COMMENT 'x'"),
+        # fails (no such database), yet MariaDB caches the comment for the next CREATE
+        ("DROP DATABASE {db}", "ALTER DATABASE {db} COMMENT 'ghost'"),
+    ],
+    ids=["dropped", "re-created empty", "re-created with other defaults", "ghost comment"],
+)
+@pytest.mark.parametrize("abandoned", [False, True], ids=["released", "abandoned to the TTL"])
+def test_a_dropped_replica_database_is_recloned_at_the_next_acquire(
+    my: MySetup, tmp_path: Path, statements: tuple[str, ...], abandoned: bool
+) -> None:
+    template = my.state(my.templates["shop"])
+    with my.pool(tmp_path, lease_ttl_s=0.3) as pool:
+        replica = _only(pool)
+        lease = pool.acquire("dropper", "shop")
+        fresh = _database_row(my, replica.dbname)
+        for statement in statements:
+            lease.execute(statement.format(db=replica.dbname))
+        assert my.state(replica.dbname) != template
+        if not abandoned:
+            pool.release("dropper")
+        else:
+            time.sleep(0.4)  # the next acquire finds it expired and reclaims it
+        objects = replica.objects_restored
+        lease = pool.acquire("next", "shop", timeout=10)
+        assert replica.objects_restored - objects == len(replica.template.objects)
+        assert lease.execute("SELECT COUNT(*) FROM customer").ok
+        assert _database_row(my, replica.dbname) == fresh
+        assert my.state(replica.dbname) == template
+        pool.release("next")
+
+
+def test_a_cascaded_foreign_key_write_dirties_the_child_table(my: MySetup, tmp_path: Path) -> None:
+    """InnoDB applies ON DELETE CASCADE below the server's per-table write counters: the
+    child's counter does not move, so the pool dirties it from the template's foreign keys."""
+    name = f"{PREFIX}_tpl_cascade"
+    with connect(my.admin_dsn) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {name}")
+        cur.execute(f"CREATE DATABASE {name}")
+        cur.execute(f"CREATE TABLE {name}.parent (id INT PRIMARY KEY)")
+        cur.execute(
+            f"CREATE TABLE {name}.child (id INT PRIMARY KEY, parent_id INT,"
+            f" FOREIGN KEY (parent_id) REFERENCES {name}.parent (id) ON DELETE CASCADE)"
+        )
+        cur.execute(f"INSERT INTO {name}.parent VALUES (1), (2)")
+        cur.execute(f"INSERT INTO {name}.child VALUES (10, 1), (20, 2)")
+    setup = MySetup(my.server, my.admin_dsn, {"shop": name})
+    try:
+        with setup.pool(tmp_path) as pool:
+            replica = _only(pool)
+            _session(pool, "cascader", "DELETE FROM parent WHERE id = 1")
+            assert replica._dirty == {("table", "parent"), ("table", "child")}
+            lease = pool.acquire("next", "shop")
+            assert lease.execute("SELECT COUNT(*) FROM child").rows == ((2,),)
+            pool.release("next")
+    finally:
+        with connect(my.admin_dsn) as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def test_a_write_that_detection_missed_is_caught_by_the_check_after_restore(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table-level restore re-clones only what detection named; a table written after
+    detection looked (here: right before the restore) is not recorded as clean: the check
+    against the template's counters finds it and the restore is redone whole."""
+    template = my.state(my.templates["shop"])
+    with my.pool(tmp_path) as pool:
+        replica = _only(pool)
+        _session(pool, "writer", "DELETE FROM audit")
+        assert replica._dirty == {("table", "audit")}
+        original = MySQLReplica._restore_objects
+
+        def late_write(self: MySQLReplica, conn: Any, *args: Any) -> int:
+            with conn.cursor() as cur:  # a trusted writer the pool was not told about
+                cur.execute(f"UPDATE {quote(self.dbname)}.customer SET name = 'late'")
+            return original(self, conn, *args)
+
+        monkeypatch.setattr(MySQLReplica, "_restore_objects", late_write)
+        pool.restore_dirty()
+        assert replica.verify_failures == 1
+        assert my.state(replica.dbname) == template
+
+
+def test_a_restore_that_fails_its_check_is_never_lent(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with my.pool(tmp_path) as pool:
+        replica = _only(pool)
+        _session(pool, "writer", "DELETE FROM audit")
+        monkeypatch.setattr(MySQLReplica, "_verify", lambda self, *args: "rows differ: audit")
+        with pytest.raises(RestoreError, match="differs from its template"):
+            pool.acquire("unlucky", "shop")
+        assert replica.need_reset and replica.is_available and replica._clean is None
+        assert pool.active_leases() == []
+        monkeypatch.undo()  # the next acquire restores it whole, and it checks out
+        lease = pool.acquire("lucky", "shop")
+        assert my.state(replica.dbname) == my.state(my.templates["shop"])
+        assert lease.execute("SELECT COUNT(*) FROM audit").rows == ((2,),)
+        pool.release("lucky")
+
+
+def test_an_interrupted_restore_leaves_the_replica_dirty_whole(
+    my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with my.pool(tmp_path) as pool:
+        replica = _only(pool)
+        _session(pool, "writer", "DROP VIEW big_orders", "DELETE FROM audit")
+
+        def broken(self: MySQLReplica, conn: Any, *args: Any) -> int:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP TABLE {quote(self.dbname)}.audit")
+                cur.execute("SELECT * FROM no_such_table")  # the server fails mid-restore
+            return 0
+
+        monkeypatch.setattr(MySQLReplica, "_restore_objects", broken)
+        with pytest.raises(RestoreError, match="cannot restore"):
+            pool.acquire("unlucky", "shop")
+        assert replica.need_reset and replica._clean is None and replica._dirty is None
+        assert not replica.state_path.exists()  # a restart does not trust it either
+        monkeypatch.undo()
+        lease = pool.acquire("lucky", "shop")
+        assert my.state(replica.dbname) == my.state(my.templates["shop"])
+        pool.release("lucky")
+        assert lease.closed

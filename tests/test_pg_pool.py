@@ -830,3 +830,37 @@ def test_release_waits_for_a_trusted_connection_to_end(pool: ReplicaPool) -> Non
     pool.release("t")
     assert done.is_set() and time.monotonic() - t0 < 5
     assert _flags(pool) == [False]  # a read: clean once every session had ended
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "COMMENT ON DATABASE {db} IS 'left behind'",
+        "ALTER DATABASE {db} SET enable_seqscan = off",
+        "ALTER DATABASE {db} CONNECTION LIMIT 3",
+        "GRANT CREATE ON DATABASE {db} TO PUBLIC",
+    ],
+)
+def test_database_attributes_changed_by_a_trusted_connection_never_reach_the_next_lease(
+    pg: PGSetup, pool: ReplicaPool, statement: str
+) -> None:
+    """The database's comment, settings, connection limit and ACL live in shared catalogs,
+    which no row counter of the replica sees: they are compared on release."""
+
+    def attributes(name: str) -> tuple[Any, ...]:
+        return pg.admin.query(
+            "SELECT d.datconnlimit, d.datacl::text, shobj_description(d.oid, 'pg_database'),"
+            " (SELECT count(*) FROM pg_db_role_setting s WHERE s.setdatabase = d.oid)"
+            " FROM pg_database d WHERE d.datname = %s",
+            (name,),
+        )[0]
+
+    with pool.lease("probe", "shop") as lease:
+        fresh = attributes(dbname(lease))
+    with pool.lease("admin", "shop") as lease, lease.trusted():
+        name = sql.Identifier(dbname(lease)).as_string(None)
+        pg.admin.query(statement.format(db=name))
+    assert _flags(pool) == [True]
+    with pool.lease("next", "shop") as lease:
+        assert attributes(dbname(lease)) == fresh
+        assert pg.state(dbname(lease)) == pg.expected["shop"]

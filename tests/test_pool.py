@@ -183,6 +183,35 @@ def test_use_refreshes_ttl(template: Path, tmp_path: Path) -> None:
         assert not lease.closed
 
 
+def test_a_lease_held_by_trusted_code_does_not_expire(template: Path, tmp_path: Path) -> None:
+    """`Lease.trusted` pins the lease: a trusted writer slower than the TTL keeps its
+    replica, which no other trajectory can be lent meanwhile; the TTL counts from the end."""
+    with _pool(template, tmp_path / "pool", replicas_per_db=1, lease_ttl_s=0.2) as pool:
+        lease = pool.acquire("scorer", "shop")
+        with lease.trusted() as locator:
+            with sqlite3.connect(locator) as conn:
+                conn.execute("INSERT INTO tags VALUES ('scored', 'x')")
+            conn.close()
+            time.sleep(0.3)
+            assert pool.reap_expired() == 0
+            with pytest.raises(AcquireTimeout):
+                pool.acquire("other", "shop", timeout=0.3)
+        assert not lease.closed
+        assert _count(lease, "SELECT count(*) FROM tags WHERE code = 'scored'") == 1
+        pool.release("scorer")
+        assert pool.replicas()[0].need_reset  # the trusted write was seen
+
+
+def test_trusted_code_cannot_reach_a_lease_that_expired(template: Path, tmp_path: Path) -> None:
+    with _pool(template, tmp_path / "pool", replicas_per_db=1, lease_ttl_s=0.2) as pool:
+        lease = pool.acquire("late", "shop")
+        time.sleep(0.3)
+        other = pool.acquire("other", "shop", timeout=5)  # reclaims it and takes the replica
+        with pytest.raises(LeaseClosedError), lease.trusted():
+            pytest.fail("trusted code ran on a replica lent to another trajectory")
+        assert not other.closed
+
+
 def test_blocking_acquire_and_timeout(template: Path, tmp_path: Path) -> None:
     with _pool(template, tmp_path / "pool", replicas_per_db=1) as pool:
         pool.acquire("holder", "shop")

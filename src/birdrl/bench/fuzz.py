@@ -83,6 +83,8 @@ class FuzzReport:
     trusted: int = 0
     abandoned: int = 0
     expired_mid_trajectory: int = 0
+    errors: int = 0
+    """Trajectories that raised something the fuzzer did not expect (a bug to look at)."""
     restores: int = 0
     verify_failures: int = 0
     """Restores whose result did not check out against the template and were redone."""
@@ -94,12 +96,13 @@ class FuzzReport:
 
     @property
     def clean(self) -> bool:
-        return self.contaminated == 0 and self.failed_acquires == 0
+        return self.contaminated == 0 and self.failed_acquires == 0 and self.errors == 0
 
     def summary(self) -> str:
         lines = [
             f"trajectories {self.trajectories}, grants {self.grants}, "
-            f"contaminated {self.contaminated}, failed acquires {self.failed_acquires}",
+            f"contaminated {self.contaminated}, failed acquires {self.failed_acquires}, "
+            f"errors {self.errors}",
             f"mutations: {self.sandboxed} sandboxed, {self.trusted} trusted; "
             f"abandoned {self.abandoned}; expired mid-trajectory {self.expired_mid_trajectory}; "
             f"restores {self.restores} ({self.verify_failures} redone after their check); "
@@ -141,6 +144,8 @@ def run_fuzz(
             if kind == "contaminated":
                 report.contaminated += 1
                 report.parts.update(parts or ())
+            elif kind == "error":
+                report.errors += 1
             else:
                 report.failed_acquires += 1
             if len(report.examples) < _EXAMPLES:
@@ -204,7 +209,10 @@ def run_fuzz(
                 n = next(counter, None)
             if n is None:
                 return
-            one(n)
+            try:
+                one(n)
+            except Exception as exc:  # noqa: BLE001 - the run goes on; the report shows it
+                note("error", f"trajectory {n}: {type(exc).__name__}: {exc}")
             with lock:
                 report.trajectories += 1
                 done = report.trajectories

@@ -187,10 +187,12 @@ def replica_defaults(cur: Any, db: str, template_defaults: tuple[str, str]) -> t
     return str(charset), str(collation)
 
 
-def schema_defaults(cur: Any, db: str) -> tuple[Any, ...] | None:
-    """(character set, collation) of database `db`, None if there is no such database."""
+def schema_defaults(cur: Any, db: str, *, comment: bool = False) -> tuple[Any, ...] | None:
+    """(character set, collation) of database `db` (and its comment, with `comment`, on a
+    server with `has_schema_comments`), None if there is no such database."""
+    extra = ", SCHEMA_COMMENT" if comment and has_schema_comments(cur) else ""
     cur.execute(
-        "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM"
+        f"SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME{extra} FROM"
         " information_schema.SCHEMATA WHERE SCHEMA_NAME = %s",
         (db,),
     )

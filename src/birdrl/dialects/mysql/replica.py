@@ -466,8 +466,15 @@ class MySQLReplica:
         tpl = self._template
         own = f"{self.user}@{self.backend.user_host}"
         portable = object_state(conn, self.dbname, portable=True, own=own) or {}
-        wrong = sorted(f"{k} {n}".strip() for k, n in _differ(portable, tpl.portable))
-        if wrong:
+        differ = _differ(portable, tpl.portable)
+        if differ:
+            wrong = sorted(f"{k} {n}".strip() for k, n in differ)
+            if DATABASE in differ:
+                with conn.cursor() as cur:
+                    found = schema_defaults(cur, self.dbname, comment=True)
+                wrong[wrong.index("database")] = (
+                    f"database {found} (expected {(tpl.charset, tpl.collation)}, no comment)"
+                )
             return "objects differ: " + ", ".join(wrong[:6])
         tables = tables_of(tpl.state)
         kept = [] if restored is None else [t for t in tables if t not in restored]
@@ -523,9 +530,13 @@ def clone_database(conn: Any, template: MySQLTemplate, dbname: str, definer: str
     triggers and routines defined by `definer`, an account); returns bytes copied."""
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {quote(dbname)}")
+        # an explicit empty comment: MariaDB keeps the options of a failed ALTER DATABASE
+        # on a database that does not exist (one a trajectory dropped) in its cache, and a
+        # plain CREATE DATABASE of that name would take that comment from it
+        comment = " COMMENT ''" if has_schema_comments(cur) else ""
         cur.execute(
             f"CREATE DATABASE {quote(dbname)} CHARACTER SET {template.charset}"
-            f" COLLATE {template.collation}"
+            f" COLLATE {template.collation}{comment}"
         )
     return create_objects(conn, template, dbname, definer, set(template.objects))
 
