@@ -367,6 +367,8 @@ def test_a_dropped_replica_database_is_recloned_at_the_next_acquire(
             pool.release("dropper")
         else:
             time.sleep(0.4)  # the next acquire finds it expired and reclaims it
+        if not abandoned:
+            assert replica._dirty is None  # found at release: the whole database
         objects = replica.objects_restored
         lease = pool.acquire("next", "shop", timeout=10)
         assert replica.objects_restored - objects == len(replica.template.objects)

@@ -375,8 +375,8 @@ class MySQLReplica:
             return None
         with backend.connect_admin() as conn:
             now = _observe(conn, self.dbname, backend.write_counters)
-        if now is None:
-            return None
+        if now is None or not now.state.keys() & clean.state.keys() - {DATABASE}:
+            return None  # dropped, or dropped and re-created: re-clone it whole
         dirty = _differ(now.state, clean.state)
         if now.writes is not None and clean.writes is not None:
             moved = _differ(now.writes, clean.writes)
