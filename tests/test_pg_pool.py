@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from birdrl.bench.fuzz_postgres import CATALOG_COUNTS, PLANNER
 from birdrl.db import (
     ErrorKind,
     LeaseClosedError,
@@ -42,26 +43,6 @@ PREFIX = "tpgpool"
 
 # Catalog state the backend's fingerprint does not cover (comments, large objects,
 # column privileges, rules, row-level security, extended statistics).
-_EXTRAS = (
-    "SELECT (SELECT count(*) FROM pg_catalog.pg_description),"
-    " (SELECT count(*) FROM pg_catalog.pg_largeobject_metadata),"
-    " (SELECT count(*) FROM pg_catalog.pg_attribute WHERE attacl IS NOT NULL),"
-    " (SELECT count(*) FROM pg_catalog.pg_rewrite),"
-    " (SELECT count(*) FROM pg_catalog.pg_policy),"
-    " (SELECT count(*) FROM pg_catalog.pg_class WHERE relrowsecurity),"
-    " (SELECT count(*) FROM pg_catalog.pg_statistic_ext)"
-)
-
-# What the planner sees beyond rows and that VACUUM / ANALYZE change without writing a row:
-# per-relation size and visibility estimates (updated in place in pg_class) and which
-# columns have statistics (pg_statistic, shown as pg_stats).
-_PLANNER = (
-    "SELECT c.relname, c.relkind, c.relpages, c.reltuples, c.relallvisible,"
-    " EXISTS (SELECT FROM pg_catalog.pg_statistic s WHERE s.starelid = c.oid)"
-    " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'public'::regnamespace ORDER BY 1"
-)
-
-
 # --------------------------------------------------------------------------- shared set-up
 
 
@@ -193,7 +174,7 @@ class PGSetup:
         sequence's (last_value, is_called)."""
         planner = self.planner_state(dbname)
         with self.connect(dbname) as conn:
-            extras = conn.execute(_EXTRAS.encode()).fetchone()
+            extras = conn.execute(CATALOG_COUNTS.encode()).fetchone()
             seqs = conn.execute(
                 b"SELECT format('%I.%I', schemaname, sequencename) FROM pg_catalog.pg_sequences"
                 b" ORDER BY 1"
@@ -211,7 +192,7 @@ class PGSetup:
         """Per relation of schema public: relpages, reltuples, relallvisible and whether
         pg_statistic holds statistics of it."""
         with self.connect(dbname) as conn:
-            return tuple(conn.execute(_PLANNER.encode()).fetchall())
+            return tuple(conn.execute(PLANNER.encode()).fetchall())
 
     def role_settings(self) -> list[tuple[Any, ...]]:
         """Per-role defaults of the sandbox role (``ALTER ROLE ... [IN DATABASE] SET``)."""

@@ -22,16 +22,60 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from birdrl.db.errors import LeaseClosedError, PoolError
 from birdrl.db.lease import Lease
 from birdrl.db.pool import ReplicaPool
 
-__all__ = ["FuzzConfig", "FuzzReport", "FuzzTarget", "run_fuzz"]
+__all__ = ["FuzzConfig", "FuzzReport", "FuzzTarget", "insert_rows", "run_fuzz", "template_rows"]
 
 Fingerprint = Mapping[str, str]
 """Part name (``database``, ``table orders``, ``stats`` ...) -> digest of that part."""
+
+
+def template_rows(
+    seed: int, rows: int = 60
+) -> list[tuple[str, tuple[str, ...], list[tuple[object, ...]]]]:
+    """The rows of the fuzzer's template (the same on every engine), in an order that
+    satisfies its foreign keys: (table, columns, rows)."""
+    rnd = random.Random(seed)
+    regions = [(r,) for r in ("north", "south", "east", "west")]
+    cities = ["Oslo", "oslo", "Lima", None]
+    customers = [(f"c{i}", rnd.randint(1, 4), rnd.choice(cities)) for i in range(rows // 3)]
+    products = [(f"P{i:04d}", round(rnd.uniform(1, 90), 2)) for i in range(rows // 4)]
+    dates = [None, "2024-02-29", "2023-12-31"]
+    orders = [
+        (rnd.randint(1, rows // 3), round(rnd.uniform(0, 500), 2), rnd.choice(dates))
+        for _ in range(rows)
+    ]
+    items: dict[tuple[int, int], int] = {}
+    for _ in range(rows):  # the first of each (order, product) pair
+        key = (rnd.randint(1, rows), rnd.randint(1, rows // 4))
+        items.setdefault(key, rnd.randint(1, 5))
+    payments = [(rnd.randint(1, rows), round(rnd.uniform(0, 500), 2)) for _ in range(rows // 2)]
+    suppliers = [(f"s{i}", rnd.randint(1, 5)) for i in range(5)]
+    stock = [(p, rnd.randint(1, 5), rnd.randint(0, 50)) for p in range(1, rows // 4 + 1)]
+    events = [(i, rnd.choice(["new", "old"]), "2024-01-01 10:00:00") for i in range(8)]
+    return [
+        ("region", ("name",), list(regions)),
+        ("customer", ("name", "region_id", "city"), list(customers)),
+        ("product", ("sku", "price"), list(products)),
+        ("orders", ("customer_id", "amount", "placed"), list(orders)),
+        ("order_item", ("order_id", "product_id", "qty"), [(*k, q) for k, q in items.items()]),
+        ("payment", ("order_id", "paid"), list(payments)),
+        ("supplier", ("name", "rating"), list(suppliers)),
+        ("stock", ("product_id", "supplier_id", "units"), list(stock)),
+        ("audit", ("note",), [("loaded",), ("checked",)]),
+        ("events", ("id", "kind", "at"), list(events)),
+    ]
+
+
+def insert_rows(cur: Any, seed: int) -> None:
+    """Insert `template_rows` with a DB-API cursor (``%s`` placeholders)."""
+    for table, columns, values in template_rows(seed):
+        marks = ", ".join(["%s"] * len(columns))
+        cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values)
 
 
 class FuzzTarget(Protocol):

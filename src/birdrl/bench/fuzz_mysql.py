@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from birdrl.bench.fuzz import Fingerprint
+from birdrl.bench.fuzz import Fingerprint, insert_rows
 from birdrl.db.lease import Lease
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects.mysql.backend import MySQLBackend
@@ -35,11 +35,10 @@ __all__ = ["MySQLFuzzTarget", "build_fuzz_template", "mysql_fingerprint", "mysql
 _DEFINER = re.compile(r"DEFINER=`((?:[^`]|``)*)`@`((?:[^`]|``)*)`")
 
 
-def build_fuzz_template(admin_dsn: str, dbname: str, *, seed: int = 0, rows: int = 60) -> None:
+def build_fuzz_template(admin_dsn: str, dbname: str, *, seed: int = 0) -> None:
     """A template of ten tables (AUTO_INCREMENT keys, foreign keys, CHECK constraints, a
     generated column, an index per table), a SEQUENCE, two views (one over the other), a
     procedure, a function and two triggers, under a comment the replicas do not carry."""
-    rnd = random.Random(seed)
     with connect(admin_dsn) as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {quote(dbname)}")
         cur.execute(f"CREATE DATABASE {quote(dbname)} COMMENT 'fuzz template {seed}'")
@@ -85,52 +84,7 @@ def build_fuzz_template(admin_dsn: str, dbname: str, *, seed: int = 0, rows: int
         cur.execute("CREATE TABLE audit (id INT AUTO_INCREMENT PRIMARY KEY, note TEXT)")
         cur.execute("CREATE TABLE events (id INT PRIMARY KEY, kind CHAR(3), at DATETIME)")
         cur.execute("CREATE SEQUENCE ticket START WITH 100 INCREMENT BY 5")
-        regions = ["north", "south", "east", "west"]
-        cur.executemany("INSERT INTO region (name) VALUES (%s)", [(r,) for r in regions])
-        cities = ["Oslo", "oslo", "Lima", None]
-        cur.executemany(
-            "INSERT INTO customer (name, region_id, city) VALUES (%s, %s, %s)",
-            [(f"c{i}", rnd.randint(1, 4), rnd.choice(cities)) for i in range(rows // 3)],
-        )
-        cur.executemany(
-            "INSERT INTO product (sku, price) VALUES (%s, %s)",
-            [(f"P{i:04d}", round(rnd.uniform(1, 90), 2)) for i in range(rows // 4)],
-        )
-        cur.executemany(
-            "INSERT INTO orders (customer_id, amount, placed) VALUES (%s, %s, %s)",
-            [
-                (
-                    rnd.randint(1, rows // 3),
-                    round(rnd.uniform(0, 500), 2),
-                    rnd.choice([None, "2024-02-29", "2023-12-31"]),
-                )
-                for _ in range(rows)
-            ],
-        )
-        cur.executemany(
-            "INSERT IGNORE INTO order_item VALUES (%s, %s, %s)",
-            [
-                (rnd.randint(1, rows), rnd.randint(1, rows // 4), rnd.randint(1, 5))
-                for _ in range(rows)
-            ],
-        )
-        cur.executemany(
-            "INSERT INTO payment (order_id, paid) VALUES (%s, %s)",
-            [(rnd.randint(1, rows), round(rnd.uniform(0, 500), 2)) for _ in range(rows // 2)],
-        )
-        cur.executemany(
-            "INSERT INTO supplier (name, rating) VALUES (%s, %s)",
-            [(f"s{i}", rnd.randint(1, 5)) for i in range(5)],
-        )
-        cur.executemany(
-            "INSERT INTO stock VALUES (%s, %s, %s)",
-            [(p, rnd.randint(1, 5), rnd.randint(0, 50)) for p in range(1, rows // 4 + 1)],
-        )
-        cur.executemany("INSERT INTO audit (note) VALUES (%s)", [("loaded",), ("checked",)])
-        cur.executemany(
-            "INSERT INTO events VALUES (%s, %s, %s)",
-            [(i, rnd.choice(["new", "old"]), "2024-01-01 10:00:00") for i in range(8)],
-        )
+        insert_rows(cur, seed)
         cur.execute("CREATE VIEW big_orders AS SELECT id, amount FROM orders WHERE amount > 250")
         cur.execute("CREATE VIEW top_orders AS SELECT id FROM big_orders WHERE amount > 400")
         cur.execute(

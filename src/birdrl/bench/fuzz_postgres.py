@@ -24,14 +24,16 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from birdrl.bench.fuzz import Fingerprint
+from birdrl.bench.fuzz import Fingerprint, insert_rows
 from birdrl.db.lease import Lease
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects.postgres.backend import PGReplica, PostgresBackend
 
-__all__ = ["PGFuzzTarget", "build_pg_fuzz_template", "pg_fuzz_setup"]
+__all__ = ["CATALOG_COUNTS", "PLANNER", "PGFuzzTarget", "build_pg_fuzz_template", "pg_fuzz_setup"]
 
-_CATALOG = (
+# Catalog state the backend's fingerprint does not cover (comments, large objects, column
+# privileges, rules, row-level security, extended statistics, event triggers).
+CATALOG_COUNTS = (
     "SELECT (SELECT count(*) FROM pg_catalog.pg_description),"
     " (SELECT count(*) FROM pg_catalog.pg_largeobject_metadata),"
     " (SELECT count(*) FROM pg_catalog.pg_attribute WHERE attacl IS NOT NULL),"
@@ -41,7 +43,10 @@ _CATALOG = (
     " (SELECT count(*) FROM pg_catalog.pg_statistic_ext),"
     " (SELECT count(*) FROM pg_catalog.pg_event_trigger)"
 )
-_PLANNER = (
+# What the planner sees beyond rows, which VACUUM / ANALYZE change without writing a row:
+# per-relation size and visibility estimates (in place in pg_class), and which relations
+# have statistics (pg_statistic).
+PLANNER = (
     "SELECT c.relname, c.relkind, c.relpages, c.reltuples, c.relallvisible,"
     " EXISTS (SELECT FROM pg_catalog.pg_statistic s WHERE s.starelid = c.oid)"
     " FROM pg_catalog.pg_class c WHERE c.relnamespace = 'public'::regnamespace ORDER BY 1"
@@ -60,11 +65,9 @@ def build_pg_fuzz_template(backend: PostgresBackend, dbname: str, *, seed: int =
     PostgreSQL: ten tables (identity and serial keys, foreign keys with ON DELETE CASCADE,
     CHECK constraints, a generated column), a sequence, two views, functions and triggers,
     owned by the sandbox role as the bundled loader makes them."""
-    rnd = random.Random(seed)
     name = sql.Identifier(dbname)
     backend.query(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
     backend.query(sql.SQL("CREATE DATABASE {}").format(name))
-    rows = 60
     with backend.connect_admin(dbname) as conn:
         conn.execute(
             b"""
@@ -106,55 +109,7 @@ def build_pg_fuzz_template(backend: PostgresBackend, dbname: str, *, seed: int =
             """
         )
         with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO region(name) VALUES (%s)",
-                [(r,) for r in ("north", "south", "east", "west")],
-            )
-            cur.executemany(
-                "INSERT INTO customer(name, region_id, city) VALUES (%s, %s, %s)",
-                [
-                    (f"c{i}", rnd.randint(1, 4), rnd.choice(["Oslo", "oslo", "Lima", None]))
-                    for i in range(rows // 3)
-                ],
-            )
-            cur.executemany(
-                "INSERT INTO product(sku, price) VALUES (%s, %s)",
-                [(f"P{i:04d}", round(rnd.uniform(1, 90), 2)) for i in range(rows // 4)],
-            )
-            cur.executemany(
-                "INSERT INTO orders(customer_id, amount, placed) VALUES (%s, %s, %s)",
-                [
-                    (
-                        rnd.randint(1, rows // 3),
-                        round(rnd.uniform(0, 500), 2),
-                        rnd.choice([None, "2024-02-29", "2023-12-31"]),
-                    )
-                    for _ in range(rows)
-                ],
-            )
-            cur.executemany(
-                "INSERT INTO order_item VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                [
-                    (rnd.randint(1, rows), rnd.randint(1, rows // 4), rnd.randint(1, 5))
-                    for _ in range(rows)
-                ],
-            )
-            cur.executemany(
-                "INSERT INTO payment(order_id, paid) VALUES (%s, %s)",
-                [(rnd.randint(1, rows), round(rnd.uniform(0, 500), 2)) for _ in range(rows // 2)],
-            )
-            cur.executemany(
-                "INSERT INTO supplier(name, rating) VALUES (%s, %s)",
-                [(f"s{i}", rnd.randint(1, 5)) for i in range(5)],
-            )
-            cur.executemany(
-                "INSERT INTO stock VALUES (%s, %s, %s)",
-                [(p, rnd.randint(1, 5), rnd.randint(0, 50)) for p in range(1, rows // 4 + 1)],
-            )
-            cur.executemany(
-                "INSERT INTO events VALUES (%s, %s, %s)",
-                [(i, rnd.choice(["new", "old"]), "2024-01-01 10:00:00") for i in range(8)],
-            )
+            insert_rows(cur, seed)
         role = sql.Identifier(backend.sandbox_role)
         for (table,) in conn.execute(
             b"SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace"
@@ -185,8 +140,8 @@ class PGFuzzTarget:
             return {"database": "missing"}
         try:
             with self.backend.connect_admin(dbname) as conn:
-                catalog = conn.execute(_CATALOG.encode()).fetchone()
-                planner = conn.execute(_PLANNER.encode()).fetchall()
+                catalog = conn.execute(CATALOG_COUNTS.encode()).fetchone()
+                planner = conn.execute(PLANNER.encode()).fetchall()
             logical = self.backend.fingerprint(dbname)
         except psycopg.Error as exc:  # dropped between the two reads
             return {"database": f"unreadable: {exc}"}
