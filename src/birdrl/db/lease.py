@@ -109,7 +109,7 @@ class Lease:
         self._ttl = ttl_s
         self.expires_at = float("inf") if ttl_s is None else self.acquired_at + ttl_s
         self._sandbox: SandboxLike | None = None  # opened on first execute
-        self._box_lock = threading.Lock()
+        self._box_lock = threading.Lock()  # guards `_sandbox`: opened once, closed once
         self._ready = False
         self._closed = False
         self._close_reason = ""

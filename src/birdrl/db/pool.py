@@ -161,6 +161,13 @@ class ReplicaPool:
             raise PoolConfigError("worker_ids is empty: this pool would own no partition")
         self.root = Path(config.root).expanduser().resolve()
         self._cond = threading.Condition()
+        """Guards the registry: `_leases`, `_quarantined`, each replica's `is_available` and
+        `need_reset` and each lease's `holds`. Invariant: a replica that is not available is
+        owned by exactly one thread or lease (the lease holding it, the thread restoring it,
+        the thread ending its lease, or the statement it is quarantined for); database work
+        (restore, dirty check, closing a connection) runs outside the lock, by that owner
+        only, so a replica is never checked, restored and lent at once. A lease with
+        `holds` is never expired: its trusted code may be writing."""
         self._leases: dict[str, Lease] = {}
         self._partitions: dict[tuple[int, str], list[BackendReplica]] = {}
         # replicas whose lease ended while a statement that could not be stopped still ran:

@@ -92,6 +92,8 @@ class MySQLBackend:
         self.ephemeral = ephemeral
         self.scope = scope
         self._lock = threading.RLock()
+        """Guards the shared admin connection (one statement at a time) and `_users`: a
+        user's recorded grants and password are those `ensure_user` last set."""
         self._password = secrets.token_hex(16)  # hex: safe inside a quoted literal
         self._users: dict[str, tuple[str, str | None]] = {}
         """user -> (SHOW GRANTS text, password hash) it must keep"""
