@@ -471,3 +471,29 @@ def test_an_interrupted_restore_leaves_the_replica_dirty_whole(
         assert my.state(replica.dbname) == my.state(my.templates["shop"])
         pool.release("lucky")
         assert lease.closed
+
+
+def test_a_lease_abandoned_with_an_open_transaction_is_reclaimed_clean(
+    my: MySetup, tmp_path: Path
+) -> None:
+    """The TTL reclaims a lease whose holder left a transaction open (row locks held, an
+    uncommitted write): the connection is closed, the server rolls back, and the next grant
+    waits for that session to end before the replica is checked and restored."""
+    template = my.state(my.templates["shop"])
+    with my.pool(tmp_path, lease_ttl_s=0.3) as pool:
+        replica = _only(pool)
+        old = pool.acquire("abandoned", "shop")
+        for statement in (
+            "BEGIN",
+            "UPDATE customer SET name = 'locked'",
+            "INSERT INTO audit (note) VALUES ('uncommitted')",
+        ):
+            assert old.execute(statement).ok
+        time.sleep(0.4)
+        new = pool.acquire("next", "shop", timeout=10)
+        assert old.closed
+        assert new.execute("SELECT COUNT(*) FROM customer WHERE name = 'locked'").rows == ((0,),)
+        assert new.execute("UPDATE customer SET city = 'x' WHERE id = 1").ok  # no lock left
+        pool.release("next")
+        pool.restore_dirty()
+        assert my.state(replica.dbname) == template
