@@ -28,6 +28,7 @@ from birdrl.db import (
     UnknownTrajectoryError,
     content_fingerprint,
 )
+from birdrl.db.lease import trusted_locator
 
 
 def _pool(template: Path, root: Path, **kw) -> ReplicaPool:
@@ -210,6 +211,24 @@ def test_trusted_code_cannot_reach_a_lease_that_expired(template: Path, tmp_path
         with pytest.raises(LeaseClosedError), lease.trusted():
             pytest.fail("trusted code ran on a replica lent to another trajectory")
         assert not other.closed
+
+
+def test_trusted_locator_holds_an_in_process_lease(template: Path, tmp_path: Path) -> None:
+    """What the evaluator scores through: `Lease.trusted` for a pool's own lease, the plain
+    locator for a lease without it (a served pool's)."""
+
+    class Served:
+        locator = "/somewhere/r000.sqlite"
+
+    with trusted_locator(Served()) as locator:  # type: ignore[arg-type]
+        assert locator == Served.locator
+    with _pool(template, tmp_path / "pool", replicas_per_db=1, lease_ttl_s=0.2) as pool:
+        lease = pool.acquire("scorer", "shop")
+        with trusted_locator(lease) as locator:
+            assert locator == lease.locator
+            time.sleep(0.3)
+            assert pool.reap_expired() == 0
+        assert not lease.closed
 
 
 def test_blocking_acquire_and_timeout(template: Path, tmp_path: Path) -> None:

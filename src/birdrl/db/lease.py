@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -25,7 +25,7 @@ from birdrl.db.sandbox import ExecResult
 if TYPE_CHECKING:
     from birdrl.db.pool import ReplicaPool
 
-__all__ = ["Lease", "LeaseLike", "PoolLike", "TemplateLike"]
+__all__ = ["Lease", "LeaseLike", "PoolLike", "TemplateLike", "trusted_locator"]
 
 
 class LeaseLike(Protocol):
@@ -252,3 +252,11 @@ class Lease:
         """The lease is over (`reason` is what using it afterwards reports)."""
         self._closed = True
         self._close_reason = reason
+
+
+def trusted_locator(lease: LeaseLike) -> AbstractContextManager[str]:
+    """`Lease.trusted` where the lease has it (an in-process pool), else the locator as it
+    is (a served pool's lease, whose TTL its server keeps): how trusted code of a
+    trajectory, such as the evaluator's test cases, holds the replica it writes to."""
+    trusted = getattr(lease, "trusted", None)
+    return trusted() if callable(trusted) else nullcontext(lease.locator)

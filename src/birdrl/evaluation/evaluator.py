@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.db.errors import PoolError
+from birdrl.db.lease import trusted_locator
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects import Engine, get_dialect
 from birdrl.dialects.sqlite import SQLiteFiles
@@ -336,8 +337,11 @@ class Evaluator:
         wait_s = self.config.job_timeout_s * 2 + 60
 
         def call(worker: Worker) -> Any:
-            with self.pool.lease(traj_id, db_id, worker_id=self.worker_id, timeout=wait_s) as lease:
-                return worker.run(make_job(lease.locator), self.config.job_timeout_s)
+            with (
+                self.pool.lease(traj_id, db_id, worker_id=self.worker_id, timeout=wait_s) as lease,
+                trusted_locator(lease) as locator,  # no TTL can end it while the job writes
+            ):
+                return worker.run(make_job(locator), self.config.job_timeout_s)
 
         return self._on_worker(call)
 
