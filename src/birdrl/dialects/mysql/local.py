@@ -83,6 +83,10 @@ class LocalMariaDB:
         return self.root / "mysqld.sock"
 
     @property
+    def tmpdir(self) -> Path:
+        return self.root / "tmp"
+
+    @property
     def log_path(self) -> Path:
         return self.root / "server.log"
 
@@ -151,6 +155,7 @@ class LocalMariaDB:
             raise MySQLServerError(f"{install_bin.name} did not finish in {timeout_s:g} s") from exc
 
     def _launch(self, server_bin: Path) -> None:
+        self.tmpdir.mkdir(exist_ok=True)
         args = [
             str(server_bin),
             "--no-defaults",
@@ -160,6 +165,7 @@ class LocalMariaDB:
             "--bind-address=127.0.0.1",
             f"--pid-file={self.root / 'mysqld.pid'}",
             f"--log-error={self.log_path}",
+            f"--tmpdir={self.tmpdir}",  # its temporary tables too stay in its directory
             *_SETTINGS,
             *self._user(),
         ]
