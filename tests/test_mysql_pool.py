@@ -448,29 +448,47 @@ def test_a_restore_that_fails_its_check_is_never_lent(
         pool.release("lucky")
 
 
-def test_an_interrupted_restore_leaves_the_replica_dirty_whole(
+def test_an_interrupted_restore_is_redone_whole_or_never_lent(
     my: MySetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A table-level restore that fails half-way (here: the database vanished under it) is
+    redone whole; a whole re-clone that fails leaves the replica dirty-whole, with no clean
+    record, and lends it to no one."""
+    template = my.state(my.templates["shop"])
     with my.pool(tmp_path) as pool:
         replica = _only(pool)
         _session(pool, "writer", "DROP VIEW big_orders", "DELETE FROM audit")
 
-        def broken(self: MySQLReplica, conn: Any, *args: Any) -> int:
+        original = MySQLReplica._restore_objects
+
+        def vanished(self: MySQLReplica, conn: Any, *args: Any) -> int:
             with conn.cursor() as cur:
-                cur.execute(f"DROP TABLE {quote(self.dbname)}.audit")
-                cur.execute("SELECT * FROM no_such_table")  # the server fails mid-restore
+                cur.execute(f"DROP DATABASE {quote(self.dbname)}")
+            return original(self, conn, *args)
+
+        monkeypatch.setattr(MySQLReplica, "_restore_objects", vanished)
+        lease = pool.acquire("redone", "shop")
+        assert replica.verify_failures == 1
+        assert my.state(replica.dbname) == template
+        assert lease.execute("DELETE FROM audit").ok
+        pool.release("redone")
+
+        def broken(self: MySQLReplica, conn: Any) -> int:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP TABLE {quote(self.dbname)}.customer")
+                cur.execute("SELECT * FROM no_such_table")  # the server fails mid-clone
             return 0
 
-        monkeypatch.setattr(MySQLReplica, "_restore_objects", broken)
+        monkeypatch.setattr(MySQLReplica, "_clone_database", broken)
         with pytest.raises(RestoreError, match="cannot restore"):
             pool.acquire("unlucky", "shop")
         assert replica.need_reset and replica._clean is None and replica._dirty is None
         assert not replica.state_path.exists()  # a restart does not trust it either
+        assert pool.active_leases() == []
         monkeypatch.undo()
         lease = pool.acquire("lucky", "shop")
-        assert my.state(replica.dbname) == my.state(my.templates["shop"])
+        assert my.state(replica.dbname) == template
         pool.release("lucky")
-        assert lease.closed
 
 
 def test_a_lease_abandoned_with_an_open_transaction_is_reclaimed_clean(

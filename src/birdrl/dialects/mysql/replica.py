@@ -298,7 +298,8 @@ class MySQLReplica:
         self.restores = 0
         self.objects_restored = 0
         self.verify_failures = 0
-        """Restores whose result did not check out against the template (`_verify`)."""
+        """Table-level restores that failed or did not check out against the template
+        (`_verify`) and were redone whole."""
         self._clean: _Clean | None = None
         self._dirty: set[ObjectKey] | None = None
         self._present: set[ObjectKey] = set()
@@ -398,9 +399,9 @@ class MySQLReplica:
     def restore(self, stats: IOStats, category: str = "restore") -> None:
         """Re-clone what `changed` found different (or, after any doubt, a whole new
         database), check the result against the template (`_verify`), then record the
-        clean state. A table-level restore that does not check out is redone whole; a
-        whole one that does not raises `RestoreError`, and the replica, without a clean
-        record, is lent to no one and restored whole next time."""
+        clean state. A table-level restore that fails or does not check out is redone
+        whole; a whole one that fails or does not check out raises `RestoreError`, and the
+        replica, without a clean record, is lent to no one and restored whole next time."""
         import pymysql
 
         dirty, self._dirty = self._dirty, None
@@ -424,10 +425,13 @@ class MySQLReplica:
                 problem: str | None = None
                 if not whole:
                     assert dirty is not None
-                    written = self._restore_objects(conn, dirty, present)
-                    clean = self._record(conn)
-                    restored = {n for k, n in dirty if k == "table"}
-                    problem = self._verify(conn, clean, restored, previous)
+                    try:
+                        written = self._restore_objects(conn, dirty, present)
+                        clean = self._record(conn)
+                        restored = {n for k, n in dirty if k == "table"}
+                        problem = self._verify(conn, clean, restored, previous)
+                    except (pymysql.err.Error, RestoreError) as exc:  # e.g. the database vanished
+                        problem = f"table-level restore failed: {exc}"
                     if problem is not None:
                         self.verify_failures += 1
                         whole = True
