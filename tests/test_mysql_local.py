@@ -65,3 +65,15 @@ def test_a_server_that_cannot_start_says_why(mariadb: LocalMariaDB, tmp_path: Pa
         port = busy.getsockname()[1]
         with pytest.raises(MySQLServerError, match="exited with status|did not accept"):
             LocalMariaDB.start(tmp_path / "clash", port=port, timeout_s=30)
+
+
+def test_temporary_files_stay_in_the_servers_own_directory(mariadb: LocalMariaDB) -> None:
+    """A MariaDB server deletes every ``#sql*`` file in its tmpdir when it starts: with the
+    default ``/tmp``, starting a second throwaway server deleted the internal temporary
+    tables of a busy first one under its running queries (errors on delete, and segfaults
+    of 10.11 in an ``information_schema`` query, seen while the pool fuzzer ran)."""
+    with connect(mariadb.dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@tmpdir")
+        (tmpdir,) = cur.fetchone()
+    assert Path(tmpdir).resolve() == mariadb.tmpdir.resolve()
+    assert mariadb.root.resolve() in Path(tmpdir).resolve().parents
