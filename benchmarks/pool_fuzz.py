@@ -16,11 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 from birdrl.agents.hardware import describe_machine
-from birdrl.bench.fuzz import FuzzConfig
+from birdrl.bench.fuzz import FuzzConfig, FuzzReport
 from birdrl.bench.fuzz_run import ENGINES, fuzz_engine
 
 
@@ -41,11 +42,17 @@ def main(argv: list[str]) -> int:
     print(f"machine: {describe_machine()}")
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        step = max(args.trajectories // 20, 1)
+        step = max(args.trajectories // 40, 1)
+        t0 = time.monotonic()
 
-        def progress(done: int) -> None:
-            if done % step == 0:
-                print(f"  {done}/{args.trajectories}", flush=True)
+        def progress(report: FuzzReport) -> None:
+            if report.trajectories % step == 0:
+                print(
+                    f"  {report.trajectories}/{args.trajectories}: contaminated"
+                    f" {report.contaminated}, failed acquires {report.failed_acquires},"
+                    f" errors {report.errors}, {time.monotonic() - t0:.0f} s",
+                    flush=True,
+                )
 
         report = fuzz_engine(
             args.engine,

@@ -173,9 +173,10 @@ def run_fuzz(
     target: FuzzTarget,
     config: FuzzConfig,
     *,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[FuzzReport], None] | None = None,
 ) -> FuzzReport:
-    """Run `config.trajectories` trajectories over `pool` on `config.threads` threads."""
+    """Run `config.trajectories` trajectories over `pool` on `config.threads` threads;
+    `progress` sees the report so far after each trajectory."""
     report = FuzzReport()
     expected = {db_id: dict(target.expected(db_id)) for db_id in target.db_ids}
     lock = threading.Lock()
@@ -259,9 +260,8 @@ def run_fuzz(
                 note("error", f"trajectory {n}: {type(exc).__name__}: {exc}")
             with lock:
                 report.trajectories += 1
-                done = report.trajectories
-            if progress is not None:
-                progress(done)
+                if progress is not None:
+                    progress(report)
 
     t0 = time.monotonic()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(config.threads)]

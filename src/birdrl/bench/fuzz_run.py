@@ -71,7 +71,7 @@ def fuzz_engine(
     replicas_per_db: int = 3,
     lease_ttl_s: float = 5.0,
     noop_restore: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[FuzzReport], None] | None = None,
 ) -> FuzzReport:
     """Run the fuzzer once on `engine` (see `fuzz_pool`)."""
     with fuzz_pool(
