@@ -273,14 +273,13 @@ def pg_fuzz_setup(
     dsn: str | None, root: Path, prefix: str, templates: dict[str, int]
 ) -> Iterator[tuple[PostgresBackend, dict[str, str], Callable[[ReplicaPool], PGFuzzTarget]]]:
     """(backend, db_id -> template database, target maker) on the server `dsn` (a throwaway
-    cluster under `root` when None); the templates are dropped on exit."""
+    cluster in a directory of its own when None, since it runs as nobody: `root` is not
+    used); the templates are dropped on exit."""
     from birdrl.dialects.postgres.cluster import LocalCluster
 
     with ExitStack() as stack:
         if dsn is None:
-            dsn = stack.enter_context(
-                LocalCluster.start()
-            ).dsn  # its own directory: it runs as nobody
+            dsn = stack.enter_context(LocalCluster.start()).dsn
         role = f"{prefix}_box"
         admin = PostgresBackend(dsn, sandbox_role=role, prefix=f"{prefix}_tpl")
         stack.callback(admin.close)
