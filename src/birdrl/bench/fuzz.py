@@ -78,6 +78,16 @@ def insert_rows(cur: Any, seed: int) -> None:
         cur.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values)
 
 
+def open_transaction(rnd: random.Random, traj: str) -> list[str]:
+    """Statements that leave a transaction with writes open in the sandbox (the same on
+    every engine): what a lease abandoned to the TTL may still hold."""
+    return [
+        "BEGIN",
+        f"INSERT INTO audit (note) VALUES ('open {traj}')",
+        f"UPDATE customer SET city = 'T' WHERE id = {rnd.randint(1, 20)}",
+    ]
+
+
 class FuzzTarget(Protocol):
     """One engine's side of the fuzzer."""
 
@@ -95,9 +105,6 @@ class FuzzTarget(Protocol):
     def trusted(self, rnd: random.Random, traj: str, lease: Lease) -> str:
         """Run one random mutation over a trusted connection (the caller holds
         `Lease.trusted`); returns what it ran, for the tally."""
-
-    def open_transaction(self, rnd: random.Random, traj: str) -> list[str]:
-        """Statements that leave a transaction with a write open in the sandbox."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +239,7 @@ def run_fuzz(
                     sandboxed += 1
             if rnd.random() < config.abandon_rate:
                 if rnd.random() < 0.5:
-                    for statement in target.open_transaction(rnd, traj):
+                    for statement in open_transaction(rnd, traj):
                         lease.execute(statement)
                 with lock:
                     report.abandoned += 1

@@ -26,7 +26,7 @@ from birdrl.db.lease import Lease
 from birdrl.db.pool import ReplicaPool
 from birdrl.dialects.mysql.backend import MySQLBackend
 from birdrl.dialects.mysql.dsn import connect
-from birdrl.dialects.mysql.inspect import quote
+from birdrl.dialects.mysql.inspect import object_creates, quote
 from birdrl.dialects.mysql.replica import MySQLReplica, MySQLTemplate
 from birdrl.dialects.mysql.statements import split_mysql_statements
 
@@ -133,39 +133,11 @@ def mysql_fingerprint(conn: Any, db: str, own: set[tuple[str, str]]) -> dict[str
         if row is None:
             return {"database": "missing"}
         add("database", *row)
-        cur.execute(
-            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
-            (db,),
-        )
-        for name, kind in sorted(cur.fetchall()):
-            what = "VIEW" if kind == "VIEW" else "TABLE"
-            cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
-            add(f"{what.lower()} {name}", definers(str(cur.fetchone()[1])))
-            if what == "TABLE":
+        for kind, name, create in object_creates(cur, db):
+            add(f"{kind.lower()} {name}", definers(create))
+            if kind == "TABLE":
                 cur.execute(f"SELECT * FROM {quote(db)}.{quote(name)}")
                 add(f"rows {name}", *sorted(repr(tuple(r)) for r in cur.fetchall()))
-        for kind, query in (
-            (
-                "TRIGGER",
-                "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s",
-            ),
-            (
-                "PROCEDURE",
-                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s"
-                " AND ROUTINE_TYPE = 'PROCEDURE'",
-            ),
-            (
-                "FUNCTION",
-                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s"
-                " AND ROUTINE_TYPE = 'FUNCTION'",
-            ),
-            ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
-        ):
-            cur.execute(query, (db,))
-            for (name,) in sorted(cur.fetchall()):
-                cur.execute(f"SHOW CREATE {kind} {quote(db)}.{quote(name)}")
-                r = cur.fetchone()
-                add(f"{kind.lower()} {name}", definers(str(r[3] if kind == "EVENT" else r[2])))
         cur.execute(
             "SELECT table_name, n_rows FROM mysql.innodb_table_stats WHERE database_name = %s",
             (db,),
@@ -230,7 +202,7 @@ class MySQLFuzzTarget:
         statement = rnd.choice(_catalogue(rnd, traj, db, trusted=admin))
         dsn = self.admin_dsn if admin else lease.locator
         try:  # a mutation may fail like a model's SQL (its database may be dropped)
-            with _connection(dsn) as conn, conn.cursor() as cur:
+            with connect(dsn) as conn, conn.cursor() as cur:
                 cur.execute(f"USE {db}")
                 for part in split_mysql_statements(statement):
                     cur.execute(part)
@@ -238,22 +210,6 @@ class MySQLFuzzTarget:
             if not _sql_error(exc):
                 raise
         return statement
-
-    def open_transaction(self, rnd: random.Random, traj: str) -> list[str]:
-        return [
-            "BEGIN",
-            f"INSERT INTO audit (note) VALUES ('open {traj}')",
-            f"UPDATE customer SET city = 'T' WHERE id = {rnd.randint(1, 20)}",
-        ]
-
-
-@contextmanager
-def _connection(dsn: str) -> Iterator[Any]:
-    conn = connect(dsn)
-    try:
-        yield conn
-    finally:
-        conn.close()
 
 
 def _sql_error(exc: BaseException) -> bool:
@@ -349,7 +305,7 @@ def mysql_fuzz_setup(
             build_fuzz_template(dsn, names[db_id], seed=seed)
 
         def drop() -> None:
-            with _connection(dsn) as conn, conn.cursor() as cur:
+            with connect(dsn) as conn, conn.cursor() as cur:
                 for name in names.values():
                     cur.execute(f"DROP DATABASE IF EXISTS {quote(name)}")
 

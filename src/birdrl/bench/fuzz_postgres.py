@@ -183,13 +183,6 @@ class PGFuzzTarget:
             pass  # a mutation may fail like a model's SQL (its database may be gone)
         return statement
 
-    def open_transaction(self, rnd: random.Random, traj: str) -> list[str]:
-        return [
-            "BEGIN",
-            f"INSERT INTO audit(note) VALUES ('open {traj}')",
-            f"UPDATE customer SET city = 'T' WHERE id = {rnd.randint(1, 20)}",
-        ]
-
 
 def _replica(lease: Lease) -> PGReplica:
     replica = lease.replica

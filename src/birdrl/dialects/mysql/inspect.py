@@ -22,7 +22,7 @@ import functools
 import hashlib
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from birdrl.db.describe import sample_rows_comment
@@ -32,6 +32,7 @@ __all__ = [
     "ObjectKey",
     "describe",
     "fingerprint",
+    "object_creates",
     "object_state",
     "quote",
     "schema_defaults",
@@ -338,46 +339,59 @@ def tables_of(state: dict[ObjectKey, str]) -> list[str]:
     return sorted(name for kind, name in state if kind == "table")
 
 
+_ROUTINES = (
+    ("TRIGGER", "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s"),
+    (
+        "PROCEDURE",
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s"
+        " AND ROUTINE_TYPE = 'PROCEDURE'",
+    ),
+    (
+        "FUNCTION",
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s"
+        " AND ROUTINE_TYPE = 'FUNCTION'",
+    ),
+    ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
+)
+
+
+def object_creates(cur: Any, db: str) -> Iterator[tuple[str, str, str]]:
+    """(kind, name, ``SHOW CREATE`` text) of every object of `db`: tables and views (kind
+    ``TABLE`` / ``VIEW``) by name, then triggers, procedures, functions and events, each
+    by name. The caller may run other statements on `cur` between items."""
+    cur.execute(
+        "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
+        " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
+        (db,),
+    )
+    for name, kind in cur.fetchall():
+        what = "VIEW" if kind == "VIEW" else "TABLE"
+        cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
+        yield what, str(name), str(cur.fetchone()[1])
+    for kind, query in _ROUTINES:
+        cur.execute(query + " ORDER BY 1", (db,))
+        for (name,) in cur.fetchall():
+            cur.execute(f"SHOW CREATE {kind} {quote(db)}.{quote(name)}")
+            row = cur.fetchone()
+            yield kind, str(name), str(row[2] if kind != "EVENT" else row[3])
+
+
 def fingerprint(conn: Any, db: str) -> str:
     """SHA-256 of the logical content of `db`: every object's definition (as
     ``SHOW CREATE`` prints it, ``AUTO_INCREMENT`` included) and every table's rows in
     primary-key or full-row order. For tests and audits, not for the pool's hot path."""
     digest = hashlib.sha256()
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
-            " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
-            (db,),
-        )
-        for name, kind in cur.fetchall():
-            what = "VIEW" if kind == "VIEW" else "TABLE"
-            cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
-            digest.update(_portable(str(cur.fetchone()[1]), db).encode())
-            if what == "TABLE":
+        for kind, name, create in object_creates(cur, db):
+            text = _portable(create, db)
+            if kind not in ("TABLE", "VIEW"):
+                digest.update(f"{kind}:{name}:{text}".encode())
+                continue
+            digest.update(text.encode())
+            if kind == "TABLE":
                 cur.execute(f"SELECT * FROM {quote(db)}.{quote(name)}")
                 for line in sorted(repr(tuple(r)) for r in cur.fetchall()):
                     digest.update(line.encode())
-        for kind, query in (
-            (
-                "TRIGGER",
-                "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s",
-            ),
-            (
-                "PROCEDURE",
-                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'PROCEDURE'",
-            ),
-            (
-                "FUNCTION",
-                "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = %s AND ROUTINE_TYPE = 'FUNCTION'",
-            ),
-            ("EVENT", "SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s"),
-        ):
-            cur.execute(query + " ORDER BY 1", (db,))
-            for (name,) in cur.fetchall():
-                cur.execute(f"SHOW CREATE {kind} {quote(db)}.{quote(name)}")
-                row = cur.fetchone()
-                text = _portable(str(row[2] if kind != "EVENT" else row[3]), db)
-                digest.update(f"{kind}:{name}:{text}".encode())
     return digest.hexdigest()
 
 

@@ -443,7 +443,6 @@ class MySQLReplica:
         except pymysql.err.Error as exc:
             raise RestoreError(f"cannot restore replica database {self.dbname!r}: {exc}") from exc
         if problem is not None:
-            self.verify_failures += 1
             raise RestoreError(
                 f"replica database {self.dbname!r} differs from its template right after a"
                 f" whole re-clone ({problem}); not lent"
