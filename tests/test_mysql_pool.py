@@ -235,6 +235,24 @@ def test_a_dropped_or_altered_database_is_cloned_whole(my: MySetup, tmp_path: Pa
             assert my.state(replica.dbname) == template
 
 
+def test_a_template_with_an_unusual_name_restores_and_checks_out(
+    mariadb: LocalMariaDB, tmp_path: Path
+) -> None:
+    """InnoDB's dictionary names a schema in the server's filename encoding (`v2.1` is
+    `v2@002e1`): a template named so reads the same as its replicas, whose names are
+    plain, so that the check after a whole re-clone passes."""
+    with my_setup(mariadb, {"shop.v2-é": (50, 3)}) as setup:
+        for scope in ("database", "table"):
+            with setup.pool(tmp_path / scope, scope=scope) as pool:
+                replica = _only(pool)
+                lease = pool.acquire("writer", "shop.v2-é")
+                assert lease.execute("TRUNCATE TABLE audit").ok
+                pool.release("writer")
+                pool.restore_dirty()
+                assert replica.verify_failures == 0
+                assert setup.state(replica.dbname) == setup.state(setup.templates["shop.v2-é"])
+
+
 def test_database_scope_recopies_everything(my: MySetup, tmp_path: Path) -> None:
     with my.pool(tmp_path, scope="database") as pool:
         replica = _only(pool)

@@ -4,6 +4,7 @@ clean-up. Shared by `benchmarks/pool_fuzz.py` and the tests."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -13,7 +14,11 @@ from birdrl.db.pool import PoolConfig, ReplicaPool
 
 __all__ = ["ENGINES", "fuzz_engine", "fuzz_pool", "noop_restores"]
 
-ENGINES = ("mysql", "postgresql")
+_SETUPS = {
+    "mysql": ("birdrl.bench.fuzz_mysql", "mysql_fuzz_setup"),
+    "postgresql": ("birdrl.bench.fuzz_postgres", "pg_fuzz_setup"),
+}
+ENGINES = tuple(_SETUPS)
 PREFIX = "birdrl_fuzz"
 TEMPLATES = {"shop_a": 0, "shop_b": 1}
 """db_id -> the seed of its template."""
@@ -40,18 +45,9 @@ def fuzz_pool(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     with ExitStack() as stack:
-        if engine == "mysql":
-            from birdrl.bench.fuzz_mysql import mysql_fuzz_setup
-
-            backend, templates, make_target = stack.enter_context(
-                mysql_fuzz_setup(dsn, root, PREFIX, TEMPLATES)
-            )
-        else:
-            from birdrl.bench.fuzz_postgres import pg_fuzz_setup
-
-            backend, templates, make_target = stack.enter_context(
-                pg_fuzz_setup(dsn, root, PREFIX, TEMPLATES)
-            )
+        module, function = _SETUPS[engine]  # imported on use: each needs its driver
+        setup = getattr(importlib.import_module(module), function)
+        backend, templates, make_target = stack.enter_context(setup(dsn, root, PREFIX, TEMPLATES))
         config = PoolConfig(
             root=root / "pool",
             replicas_per_db=replicas_per_db,

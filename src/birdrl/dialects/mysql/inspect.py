@@ -122,17 +122,23 @@ _QUERIES: tuple[tuple[str, str, str], ...] = (
         " FROM information_schema.EVENTS WHERE EVENT_SCHEMA = %s",
     ),
 )
+_DICTIONARY = (
+    # InnoDB names a table `db/table` in the server's filename encoding (`t.1` is
+    # `t@002e1`): the schema is matched, and the table named, through that encoding
+    "SELECT CONVERT(CONVERT(CAST(SUBSTRING_INDEX(NAME, '/', -1) AS BINARY) USING filename)"
+    " USING utf8mb4), TABLE_ID, N_COLS, SPACE FROM information_schema.{source}"
+    " WHERE SUBSTRING_INDEX(NAME, '/', 1)"
+    " = CONVERT(CAST(CONVERT(%s USING filename) AS BINARY) USING utf8mb4)"
+)
 _OPTIONAL: tuple[tuple[str, str], ...] = (
     # server-specific sources: skipped when the server has no such table
     (
         "table",  # MariaDB: InnoDB's table id changes on TRUNCATE and copying ALTER
-        "SELECT SUBSTRING_INDEX(NAME, '/', -1), TABLE_ID, N_COLS, SPACE"
-        " FROM information_schema.INNODB_SYS_TABLES WHERE NAME LIKE CONCAT(%s, '/%%')",
+        _DICTIONARY.format(source="INNODB_SYS_TABLES"),
     ),
     (
         "table",  # MySQL 8
-        "SELECT SUBSTRING_INDEX(NAME, '/', -1), TABLE_ID, N_COLS, SPACE"
-        " FROM information_schema.INNODB_TABLES WHERE NAME LIKE CONCAT(%s, '/%%')",
+        _DICTIONARY.format(source="INNODB_TABLES"),
     ),
     (
         "table",  # MariaDB engine-independent statistics (ANALYZE ... PERSISTENT FOR)
