@@ -9,6 +9,7 @@ import random
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,3 +171,22 @@ def pg_bundled_test(pg_cluster: LocalCluster) -> Iterator[DialectRun]:
 @pytest.fixture(scope="session")
 def my_bundled_test(mariadb: LocalMariaDB) -> Iterator[DialectRun]:
     yield from _bundled_test("mysql", mariadb.dsn)
+
+
+@pytest.fixture
+def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty hub cache in `tmp_path`, huggingface_hub offline, and its API refusing to
+    be asked (a test that reaches the hub fails instead of hanging without network)."""
+    import huggingface_hub
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def no_network(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the hub was asked although HF_HUB_OFFLINE=1")
+
+    for name in ("repo_info", "model_info", "dataset_info", "list_repo_tree"):
+        monkeypatch.setattr(huggingface_hub.HfApi, name, no_network)
+    return cache

@@ -209,7 +209,10 @@ def test_tasks_without_sol_sql_are_refused_by_agent_and_predictions_alike(
     common = ("eval", "--tasks", str(tasks), "--db-root", str(db_root), "--workers", "1")
     by_agent = one_line_error(invoke(*common, "--agent", "gold"))
     by_predictions = one_line_error(invoke(*common, "--predictions", str(preds)))
-    assert by_agent == by_predictions
+    # the same refusal; an agent could still run them for predictions, and is told how
+    assert by_agent == f"{by_predictions}; to run them and write their predictions (the " + (
+        "official evaluator's input), add --export-predictions FILE"
+    )
     assert f"task {record['instance_id']!r} has no sol_sql" in by_agent
 
 

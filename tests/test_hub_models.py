@@ -64,24 +64,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-@pytest.fixture
-def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty hub cache in `tmp_path`, huggingface_hub offline, and its API refusing."""
-    import huggingface_hub
-
-    cache = tmp_path / "hub"
-    cache.mkdir()
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def no_network(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("the hub was asked although HF_HUB_OFFLINE=1")
-
-    for name in ("repo_info", "model_info", "list_repo_tree"):
-        monkeypatch.setattr(huggingface_hub.HfApi, name, no_network)
-    return cache
-
-
 def test_a_cached_hub_id_resolves_to_its_snapshot_offline(tiny: Path, offline_cache: Path) -> None:
     snapshot = lay_out(offline_cache, REPO, tiny)
     path = resolve_model(REPO)

@@ -2,8 +2,8 @@
 layers below it, never one above (lazy imports inside functions included), and no
 module imports another module's private names.
 
-    errors, cache  <  tasks  <  db  <  bench  <  evaluation  <  env  <  serve  <  agents
-                   <  data  <  view  <  training  <  cli
+    errors, cache, hub  <  tasks  <  db  <  bench  <  evaluation  <  env  <  serve  <  agents
+                        <  data  <  view  <  training  <  cli
 
 `view` only reads run artifacts (it imports `tasks` for the task SQL of old records), so
 `training` may write a run's viewer."""
@@ -30,7 +30,7 @@ LAYERS = [
     "training",
     "cli",
 ]
-BASE = {"errors", "cache", ""}  # importable from anywhere; "" is the package itself
+BASE = {"errors", "cache", "hub", ""}  # importable from anywhere; "" is the package itself
 TOP = {"__main__"}
 
 

@@ -178,7 +178,9 @@ def test_hf_source_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
         return
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(
-        TaskFormatError, match=r"hf:no-such-org/no-such-dataset:train: cannot load dataset"
+    with pytest.raises(  # no split assumed; offline said, and where databases come from
+        TaskFormatError,
+        match=r"hf:no-such-org/no-such-dataset: cannot load the dataset \(HF_HUB_OFFLINE is set"
+        r".*`birdrl data get`",
     ):
         load_tasks("hf:no-such-org/no-such-dataset")

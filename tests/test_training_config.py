@@ -103,7 +103,7 @@ def test_held_out_splits_in_tables_and_the_easy_shorthand(tmp_path: Path) -> Non
         HeldOutSplit("more_2", "x.jsonl", None),
     ]
     assert config_to_dict(config)["evaluation"]["splits"][0] == {
-        "label": "explore", "tasks": "bundled:test", "limit": 5
+        "label": "explore", "tasks": "bundled:test", "limit": 5, "db_root": None
     }  # fmt: skip
     # the same through --set, and the tiny preset's easy and explore splits
     tiny = load_preset("tiny")

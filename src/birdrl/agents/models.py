@@ -34,6 +34,7 @@ from typing import Any
 
 from birdrl.cache import cache_root
 from birdrl.errors import BirdrlError
+from birdrl.hub import hub_cache_dir, hub_offline
 
 __all__ = [
     "EMBEDDED_ALIASES",
@@ -47,8 +48,6 @@ __all__ = [
     "ModelNotFoundError",
     "describe_model",
     "embedded_gguf",
-    "hub_cache_dir",
-    "hub_offline",
     "is_hub_id",
     "model_label",
     "models_dir",
@@ -331,28 +330,6 @@ def model_label(spec: str | os.PathLike[str], path: Path) -> str:
     if is_hub_id(text) and not Path(text).expanduser().exists():
         return text
     return path.name
-
-
-def _is_true(value: str | None) -> bool:
-    """huggingface_hub's reading of a boolean environment variable."""
-    return value is not None and value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def hub_offline() -> bool:
-    """Whether huggingface_hub is offline: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``)
-    as it read them at import, or as the environment says now."""
-    from huggingface_hub import constants
-
-    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE")
-    return bool(constants.HF_HUB_OFFLINE) or _is_true(env)
-
-
-def hub_cache_dir() -> Path:
-    """huggingface_hub's model cache: ``$HF_HUB_CACHE`` as set now, else the directory it
-    chose at import (``$HF_HOME/hub``, ``~/.cache/huggingface/hub``)."""
-    from huggingface_hub import constants
-
-    return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser()
 
 
 def resolve_hub_model(repo_id: str) -> Path:

@@ -129,9 +129,11 @@ def make_agent(
     mode: str = "agent",
     generation: GenerationConfig | None = None,
     settings: ModelSettings | None = None,
+    batch_size: int = 8,
 ) -> Agent:
     """Build the agent that `spec` names (model-backed agents load their model here, as
-    `settings` say; default `ModelSettings()`: dtype by capability, vLLM's defaults)."""
+    `settings` say; default `ModelSettings()`: dtype by capability, vLLM's defaults). An
+    ``hf:`` agent generates `batch_size` conversations at a time (vLLM takes them all)."""
     settings = settings or ModelSettings()
     kind = check_agent(spec, settings)
     target = spec.partition(":")[2]
@@ -141,7 +143,9 @@ def make_agent(
         from birdrl.agents.hf import HFAgent
 
         dtype = settings.generation_dtype().dtype
-        return HFAgent(target or "embedded", generation=generation, dtype=dtype)
+        return HFAgent(
+            target or "embedded", generation=generation, dtype=dtype, batch_size=batch_size
+        )
     if kind == "openai":
         from birdrl.agents.openai_api import OpenAIAgent, OpenAIConfig
 
@@ -163,10 +167,13 @@ def closing_agent(agent: Agent) -> Iterator[Agent]:
             close()
 
 
-def token_counter_for(agent: Agent) -> Callable[[Sequence[Message]], int] | None:
-    """The agent's own token count of a conversation (tools included), for the
-    environment's context budget; None when the agent has no tokenizer."""
+def token_counter_for(
+    agent: Agent, tools: Sequence[dict[str, Any]] = TOOLS
+) -> Callable[[Sequence[Message]], int] | None:
+    """The agent's own token count of a conversation (with the `tools` it is shown), for
+    the environment's context budget; None when the agent has no tokenizer."""
     count = getattr(agent, "count_tokens", None)
     if count is None:
         return None
-    return lambda messages: int(count(list(messages), list(TOOLS)))
+    shown = list(tools)
+    return lambda messages: int(count(list(messages), shown))

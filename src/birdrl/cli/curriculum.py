@@ -39,7 +39,11 @@ def curriculum_command(
     ] = None,
     dry_run: Annotated[
         bool,
-        typer.Option(help="Print the resolved configuration and distributed plan; train nothing."),
+        typer.Option(
+            help="Print the resolved configuration, open every task source with its "
+            "databases (tasks, evaluation, text-to-SQL) and print the distributed plan; "
+            "train nothing."
+        ),
     ] = False,
     processes: Annotated[
         int | None,
@@ -175,17 +179,29 @@ def episode_bars(console: Console) -> AbstractContextManager[Callable[[str, int,
 
 
 def _print_plan(console: Any, config: Any, run_dir: Path, processes: int | None) -> None:
+    """The resolved configuration, every task source opened with its databases (a missing
+    one is the error), and the distributed plan."""
     import json
 
-    from birdrl.tasks.benchmark import open_benchmark
     from birdrl.training.config import config_to_dict
     from birdrl.training.distributed import accelerate_configs, dist_context, plan_run
+    from birdrl.training.sources import open_run_sources
 
     world = processes or dist_context().world_size
-    bench = open_benchmark(config.tasks, config.db_root)
-    used = {t.db_id: bench.databases[t.db_id] for t in bench.debugging_tasks()}
+    opened = open_run_sources(config)
     console.print_json(json.dumps(config_to_dict(config)))
     console.print(f"run directory: {run_dir}")
+    used: dict[str, Path] = {}  # what the training stages lease replicas of
+    for item in opened:
+        source, bench = item.source, item.benchmark
+        console.print(
+            f"{source.setting} ({source.role}): {escape(source.source)}: {item.tasks} tasks "
+            f"on {len(bench.databases)} databases from {escape(source.where())}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if source.role == "training":
+            used.update(bench.databases)
     for line in plan_run(config, used, world).lines():
         console.print(line)
     console.print(f"accelerate configs shipped with birdrl: {accelerate_configs()}")

@@ -1,4 +1,4 @@
-"""``birdrl data ...``: building stage datasets."""
+"""``birdrl data ...``: getting the published benchmarks, building stage datasets."""
 
 from __future__ import annotations
 
@@ -17,10 +17,51 @@ from birdrl.data.teachers import LLMTeacher, OfflineTeacher, Teacher
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.tasks.benchmark import open_benchmark
+from birdrl.tasks.published import CATALOG, fetch_published
 
 __all__ = ["data_app"]
 
-data_app = typer.Typer(help="Stage datasets for the curriculum.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Published benchmarks and stage datasets for the curriculum.", no_args_is_help=True
+)
+
+
+@data_app.command("get")
+def get_command(
+    name: Annotated[str, typer.Argument(help=f"The published set: {', '.join(CATALOG)}.")],
+    dest: Annotated[
+        Path, typer.Option("--dir", help="Where the set is laid out (as DIR/NAME/).")
+    ] = Path("data"),
+    offline: Annotated[
+        bool,
+        typer.Option(help="Read the Hugging Face cache only (as HF_HUB_OFFLINE=1 does)."),
+    ] = False,
+    copy: Annotated[
+        bool, typer.Option(help="Copy the files out of the hub cache instead of linking them.")
+    ] = False,
+) -> None:
+    """Get a published benchmark (task files and databases) through the Hugging Face cache."""
+    console = results_console()
+    with clean_errors():
+        got = fetch_published(name, dest, offline=offline or None, copy=copy)
+    spec = got.spec
+    how = "copied from" if not got.linked else "linked to"
+    origin = f"{spec.repo_id}, {how} {got.snapshot}" if got.snapshot else "unpacked by hand"
+    console.print(f"[bold]{spec.title}[/] in {got.folder} ({origin})", highlight=False)
+    for path in got.task_files:
+        console.print(f"  tasks:     {path} ({got.tasks} tasks)", highlight=False)
+    if got.db_root is not None:
+        console.print(
+            f"  databases: {got.db_root} ({len(got.db_ids)} databases) -> --db-root",
+            highlight=False,
+        )
+    for note in got.notes:
+        console.print(f"  note: {note}", highlight=False)
+    commands = got.next_commands()
+    if commands:
+        console.print("next:", highlight=False)
+        for command in commands:
+            console.print(f"  {command}", highlight=False, soft_wrap=True)
 
 
 @data_app.command("build")

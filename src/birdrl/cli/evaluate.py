@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,17 +15,21 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from birdrl.agents.base import GenerationConfig
-from birdrl.agents.evaluate import check_rollout_config, evaluate_agent
+from birdrl.agents.eval_settings import AgentEvalSettings, ChosenSettings, choose_eval_settings
+from birdrl.agents.evaluate import (
+    AgentEvalResult,
+    EpisodeLogs,
+    check_rollout_config,
+    evaluate_agent,
+)
 from birdrl.agents.registry import (
     AGENT_SPECS,
     ModelSettings,
     check_agent,
     closing_agent,
     make_agent,
-    token_counter_for,
 )
-from birdrl.agents.rollout import RolloutConfig, write_trajectories
+from birdrl.agents.rollout import write_trajectories
 from birdrl.agents.vllm_engine import VLLMEngineConfig
 from birdrl.cli.common import (
     DialectOption,
@@ -35,7 +39,6 @@ from birdrl.cli.common import (
     results_console,
 )
 from birdrl.dialects import get_dialect
-from birdrl.env.sqlact import EnvConfig
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.dialects import DialectRun, open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
@@ -48,7 +51,7 @@ from birdrl.evaluation.suite import (
     load_predictions,
     write_predictions,
 )
-from birdrl.evaluation.unscored import UNSCORED_EXIT, unscored_message
+from birdrl.evaluation.unscored import UNSCORED_EXIT, unscored_message, unwritten_message
 from birdrl.tasks.benchmark import Benchmark, open_benchmark
 from birdrl.view.build import build_view
 
@@ -76,7 +79,9 @@ DbRootOption = Annotated[
     Path | None,
     typer.Option(
         "--db-root",
-        help="Directory with {db_id}/{db_id}.sqlite or {db_id}.sqlite (default for bundled: the cache).",
+        help="Directory with each db_id's SQLite file, first found of: {db_id}/{db_id}.sqlite, "
+        "{db_id}.sqlite, {db_id}/{db_id}_template.sqlite, dev_databases/{db_id}/{db_id}.sqlite, "
+        "train_databases/{db_id}/{db_id}.sqlite (default for bundled: the cache).",
     ),
 ]
 WorkersOption = Annotated[
@@ -99,18 +104,37 @@ def eval_command(
         typer.Option(help=f"Run an agent in the environment instead: {AGENT_SPECS}."),
     ] = None,
     mode: Annotated[
-        str, typer.Option(help="agent: multi-turn with tools; single: one answer, no tools.")
-    ] = "agent",
+        str | None,
+        typer.Option(
+            help="agent: multi-turn with tools; single: one answer, no tools (default: as "
+            "the episode settings say, see --preset)."
+        ),
+    ] = None,
     db_root: DbRootOption = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the full per-task report as JSON here.")
     ] = None,
     export_predictions: Annotated[
         Path | None,
-        typer.Option(help="Also write the predictions scored, in the official format, here."),
+        typer.Option(
+            help="Also write the predictions, in the official format, here. With --agent: "
+            "written as episodes finish, tasks without sol_sql are run for their predictions "
+            "(not scored), and a file already there is resumed: its tasks are not run again."
+        ),
     ] = None,
+    restart: Annotated[
+        bool,
+        typer.Option(
+            help="With --agent and --export-predictions: overwrite the predictions file (and "
+            "--trajectories) instead of resuming from it."
+        ),
+    ] = False,
     trajectories: Annotated[
-        Path | None, typer.Option(help="With --agent: write every episode as JSONL here.")
+        Path | None,
+        typer.Option(
+            help="With --agent: write every episode as JSONL here (with --export-predictions: "
+            "as episodes finish, resumed alongside the predictions)."
+        ),
     ] = None,
     view: Annotated[
         Path | None,
@@ -119,17 +143,71 @@ def eval_command(
             "(see birdrl view)."
         ),
     ] = None,
-    concurrency: Annotated[int, typer.Option(help="With --agent: episodes in flight.")] = 8,
-    max_tool_calls: Annotated[int, typer.Option(help="With --agent: tool calls per episode.")] = 5,
-    max_new_tokens: Annotated[int, typer.Option(help="Model agents: tokens per turn.")] = 512,
-    temperature: Annotated[float, typer.Option(help="Model agents: 0 = greedy.")] = 0.0,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="With --agent: the episode settings a curriculum run of this preset (name or "
+            "TOML path) evaluates with: its prompt, tool descriptions, limits and decoding. "
+            "Default: those in the model directory's birdrl_eval.json (hf:DIR, vllm:DIR), "
+            f"else {AgentEvalSettings.max_tool_calls} tool calls, "
+            f"{AgentEvalSettings.schema_budget_chars} characters of schema, "
+            f"{AgentEvalSettings.sample_rows} sample rows, a context of "
+            f"{AgentEvalSettings.max_context_tokens} tokens. The options below override."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            help="With --agent: episodes in flight (and conversations per generate call of an "
+            f"hf: model; default: the episode settings', else {AgentEvalSettings.batch_size})."
+        ),
+    ] = None,
+    max_tool_calls: Annotated[
+        int | None,
+        typer.Option(
+            help="With --agent: tool calls per episode (default: the episode settings', else "
+            f"{AgentEvalSettings.max_tool_calls})."
+        ),
+    ] = None,
+    schema_budget: Annotated[
+        int | None,
+        typer.Option(
+            help="With --agent: characters of schema in the prompt (default: the episode "
+            f"settings', else {AgentEvalSettings.schema_budget_chars})."
+        ),
+    ] = None,
+    sample_rows: Annotated[
+        int | None,
+        typer.Option(
+            help="With --agent: sample rows per table in the prompt (default: the episode "
+            f"settings', else {AgentEvalSettings.sample_rows})."
+        ),
+    ] = None,
+    max_context_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="With --agent: end an episode past this many tokens (default: the episode "
+            f"settings', else {AgentEvalSettings.max_context_tokens})."
+        ),
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Model agents: tokens per turn (default: the episode settings', else "
+            f"{AgentEvalSettings.max_new_tokens})."
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(help="Model agents: 0 = greedy (default: the episode settings', else 0)."),
+    ] = None,
     dtype: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="hf and vllm agents: auto (bfloat16 where the device computes it natively, "
-            "else float32), float32 or bfloat16."
+            "else float32), float32 or bfloat16 (default: the episode settings', else auto)."
         ),
-    ] = ModelSettings.dtype,
+    ] = None,
     gpu_memory_utilization: Annotated[
         float | None,
         typer.Option(
@@ -166,13 +244,14 @@ def eval_command(
         typer.Option(help="Do not reproduce the official evaluator's quirks (scores then differ)."),
     ] = False,
     semantics: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="official: each engine's official BIRD-CRITIC verdicts (comparable with "
             "published numbers); strict: birdrl's stricter rules, those of RL rewards "
-            "(docs/evaluation.md, Scoring semantics)."
+            "(docs/evaluation.md, Scoring semantics). Default: with --agent the episode "
+            "settings', else official."
         ),
-    ] = EVAL_SEMANTICS.value,
+    ] = None,
     dialect: DialectOption = "sqlite",
     dialects: Annotated[
         str | None,
@@ -189,32 +268,56 @@ def eval_command(
     with clean_errors():
         if (predictions is None) == (agent is None):
             raise BirdrlError(f"give exactly one of --predictions FILE or --agent ({AGENT_SPECS})")
-        if mode not in ("agent", "single"):
+        if mode is not None and mode not in ("agent", "single"):
             raise BirdrlError(f"--mode must be agent or single, got {mode!r}")
+        if preset is not None and agent is None:
+            raise BirdrlError("--preset needs --agent (it sets the episodes' prompt and limits)")
+        if restart and (agent is None or export_predictions is None):
+            raise BirdrlError(
+                "--restart needs --agent and --export-predictions FILE (it overwrites that "
+                "file instead of resuming from it)"
+            )
         if view is not None and (agent is None or trajectories is None):
             raise BirdrlError(
                 "--view needs --agent and --trajectories FILE (it shows the episodes written "
                 "there); for a predictions report, run birdrl view REPORT.json"
             )
         # options are checked before anything slow (databases, pools, models) starts
-        config = EvalConfig(official_quirks=not fix_quirks, semantics=Semantics.parse(semantics))
-        if workers is not None:
-            config = replace(config, workers=workers)
-        rollout = None
         settings = ModelSettings(
-            dtype=dtype,
+            dtype=dtype or ModelSettings.dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
             max_model_len=max_model_len,
             enforce_eager=enforce_eager,
         )
+        episode = None
         if agent is not None:
-            check_agent(agent, settings)
-            rollout = RolloutConfig(
-                concurrency=concurrency,
-                env=EnvConfig(mode=mode, max_tool_calls=max_tool_calls),  # type: ignore[arg-type]
+            kind = check_agent(agent, settings)
+            from_preset = None
+            if preset is not None:  # the training side is imported only when asked for
+                from birdrl.training.eval_settings import preset_eval_settings
+
+                from_preset = preset_eval_settings(preset)
+            episode = choose_eval_settings(
+                agent,
+                from_preset,
+                mode=mode,
+                max_tool_calls=max_tool_calls,
+                schema_budget_chars=schema_budget,
+                sample_rows=sample_rows,
+                max_context_tokens=max_context_tokens,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                batch_size=concurrency,
+                dtype=dtype,
+                semantics=semantics,
             )
-            check_rollout_config(rollout)
+            settings = episode.model_settings(settings, kind)
+            check_rollout_config(episode.settings.rollout())
+        chosen = episode.settings.semantics if episode else semantics or EVAL_SEMANTICS
+        config = EvalConfig(official_quirks=not fix_quirks, semantics=Semantics.parse(chosen))
+        if workers is not None:
+            config = replace(config, workers=workers)
         names = [d.strip() for d in (dialects or dialect).split(",") if d.strip()]
         specs = [get_dialect(name) for name in names]  # an unknown name fails here, in one line
         on_server = all(spec.databases_on_server for spec in specs)
@@ -225,82 +328,151 @@ def eval_command(
         rows: list[tuple[DialectRun, Summary]] = []
         failed: list[str] = []
         reports: dict[str, Any] = {}
+        episode_files: list[Path] = []
         servers = {"postgresql": pg_dsn, "mysql": mysql_dsn}
         for name in names:
-            with open_dialect(bench, name, config, dsn=servers.get(name)) as run:
+            export = _per_dialect(export_predictions, name, len(names))
+            with open_dialect(
+                bench, name, config, dsn=servers.get(name), run_dialects=names
+            ) as run:
                 render_dropped(run, console)
-                summary, report, preds = _score_run(
-                    run, predictions, agent, mode, rollout, max_new_tokens, temperature,
-                    settings, trajectories, len(bench.tasks.skipped), console,
+                out = _score_run(
+                    run, predictions, agent, episode, settings, len(bench.tasks.skipped),
+                    console,
+                    export=export, restart=restart,
+                    trajectories=_per_dialect(trajectories, name, len(names)),
                 )  # fmt: skip
-                render_semantics(run, config.semantics, console)  # once scored, beside it
-            rows.append((run, summary))
-            reports[name] = {**report, "semantics": str(run.config.semantics)}
+                if out.scored:
+                    render_semantics(run, config.semantics, console)  # once scored, beside it
+            rows.append((run, out.summary))
+            reports[name] = {**out.report, "semantics": str(run.config.semantics)}
+            episode_files += [out.trajectories] if out.trajectories else []
             title = f"{tasks} ({agent or predictions})"
-            render_summary(summary, title if len(names) == 1 else f"{title}, {name}", console)
-            unscored = unscored_message(summary)
+            if out.scored:
+                render_summary(
+                    out.summary, title if len(names) == 1 else f"{title}, {name}", console
+                )
+            if out.episodes is not None:
+                render_unscored(out.episodes, len(run.tasks), console)
+            unscored = unscored_message(out.summary)
             if unscored is not None:
                 failed.append(name)
                 console.print(f"[bold red]{escape(unscored)}[/]", highlight=False)
-            if export_predictions is not None:
-                target = export_predictions
-                if len(names) > 1:
-                    target = target.with_name(f"{target.stem}.{name}{target.suffix}")
-                written = write_predictions(target, preds)
+            episodes = out.episodes if out.exported else None
+            if episodes is not None and export is not None:
+                failed += [name] if render_unwritten(episodes, export, console) else []
+            if export is not None:
+                written = export if out.exported else write_predictions(export, out.predictions)
                 console.print(f"predictions written to [bold]{written}[/]", highlight=False)
         if len(names) > 1:
             render_dialects(rows, f"{tasks} ({agent or predictions})", console)
-        if view is not None and trajectories is not None:
-            index = build_view([trajectories], view)
+        if view is not None and episode_files:
+            index = build_view(episode_files, view)
             console.print(f"viewer written to [bold]{index}[/]", highlight=False)
         if json_path is not None:
-            out = reports[names[0]] if len(names) == 1 else reports
-            json_path.write_text(json.dumps(out, indent=2) + "\n")
+            payload = reports[names[0]] if len(names) == 1 else reports
+            json_path.write_text(json.dumps(payload, indent=2) + "\n")
             console.print(f"report written to [bold]{json_path}[/]", highlight=False)
         if failed:  # a misconfigured server must not pass as a benchmark number
             raise typer.Exit(UNSCORED_EXIT)
+
+
+def _per_dialect(path: Path | None, dialect: str, dialects: int) -> Path | None:
+    """One dialect's file of several: ``preds.jsonl`` -> ``preds.postgresql.jsonl``."""
+    if path is None or dialects == 1:
+        return path
+    return path.with_name(f"{path.stem}.{dialect}{path.suffix}")
+
+
+@dataclass(frozen=True)
+class _RunOutcome:
+    """What `_score_run` hands back to render."""
+
+    summary: Summary
+    report: dict[str, Any]
+    predictions: Predictions
+    scored: bool = True
+    """Some task had ground truth (else nothing was scored: predictions only)."""
+    exported: bool = False
+    """The predictions file was written as the episodes finished."""
+    trajectories: Path | None = None
+    """Where the episodes were written, if they were."""
+    episodes: AgentEvalResult | None = None
+    """An agent run's outcome (None for predictions)."""
 
 
 def _score_run(
     run: DialectRun,
     predictions: Path | None,
     agent: str | None,
-    mode: str,
-    rollout: RolloutConfig | None,
-    max_new_tokens: int,
-    temperature: float,
+    episode: ChosenSettings | None,
     settings: ModelSettings,
-    trajectories: Path | None,
     skipped: int,
     console: Console,
-) -> tuple[Summary, dict[str, Any], Predictions]:
-    """Score one dialect's tasks with an agent in the environment (`agent` and its
-    `rollout`; a model agent loads as `settings` say) or with predictions; `skipped`
-    malformed tasks are counted in the summary."""
-    check_scorable(run.tasks)  # before a model or the predictions load, for either source
-    if agent is not None and rollout is not None:
-        generation = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
+    *,
+    export: Path | None = None,
+    restart: bool = False,
+    trajectories: Path | None = None,
+) -> _RunOutcome:
+    """Score one dialect's tasks with an agent in the environment (`agent`, its `episode`
+    settings, printed before it loads; a model agent loads as `settings` say) or with
+    predictions; `skipped` malformed tasks are counted in the summary. An agent run with an
+    `export` file writes it (and `trajectories`) as episodes finish, resumes from it unless
+    `restart`, and runs tasks without ground truth for their predictions only."""
+    if agent is not None and episode is not None:
+        logs = None
+        if export is None:  # before a model loads
+            check_scorable(
+                run.tasks,
+                hint="to run them and write their predictions (the official evaluator's "
+                "input), add --export-predictions FILE",
+            )
+        else:
+            ids = [t.instance_id for t in run.tasks]
+            logs = EpisodeLogs.open(export, ids, trajectories=trajectories, restart=restart)
+            render_resumed(logs, len(ids), console)
+        chosen = episode.settings
+        console.print(escape(episode.describe()), highlight=False, soft_wrap=True)
+        todo = len(run.tasks) - (len(logs.done) if logs is not None else 0)
         with (
             closing_agent(
-                make_agent(agent, mode=mode, generation=generation, settings=settings)
+                make_agent(
+                    agent,
+                    mode=chosen.mode,
+                    generation=chosen.generation(),
+                    settings=settings,
+                    batch_size=chosen.batch_size,
+                )
             ) as runner,
-            progress_bar(len(run.tasks), f"{run.dialect} episodes") as advance,
+            progress_bar(todo, f"{run.dialect} episodes") as advance,
         ):
             outcome = evaluate_agent(
                 run.tasks,
                 run.databases,
                 runner,
-                rollout,
+                chosen.rollout(runner),
                 run.config,
                 progress=advance,
-                token_counter=token_counter_for(runner),
+                token_counter=chosen.token_counter(runner),
                 skipped_tasks=skipped,
+                allow_unscored=logs is not None,
+                logs=logs,
             )
+        if trajectories is not None and logs is None:
+            trajectories = write_trajectories(trajectories, outcome.trajectories)
         if trajectories is not None:
-            path = write_trajectories(trajectories, outcome.trajectories)
-            console.print(f"trajectories written to [bold]{path}[/]", highlight=False)
-        return outcome.summary, outcome.to_dict(), outcome.predictions()
+            console.print(f"trajectories written to [bold]{trajectories}[/]", highlight=False)
+        return _RunOutcome(
+            outcome.summary,
+            outcome.to_dict(),
+            outcome.predictions(),
+            scored=any(t.has_reference for t in run.tasks),
+            exported=logs is not None,
+            trajectories=trajectories,
+            episodes=outcome,
+        )
     assert predictions is not None
+    check_scorable(run.tasks)  # before the predictions load
     preds = load_predictions(predictions)
     with progress_bar(len(run.tasks), f"{run.dialect} evaluating") as advance:
         result = evaluate_suite(
@@ -310,7 +482,60 @@ def _score_run(
     render_unmatched(result.unmatched_predictions, len(preds), where, console)
     report = result.to_dict()
     report["predictions"] = {iid: list(sqls) for iid, sqls in preds.items()}  # for birdrl view
-    return result.summary, report, preds
+    return _RunOutcome(result.summary, report, preds)
+
+
+def render_resumed(logs: EpisodeLogs, tasks: int, console: Console) -> None:
+    """What a resumed run found in its files: tasks not run again, a line a kill cut."""
+    preds = logs.predictions
+    if preds.cut_line is not None:
+        console.print(
+            f"[yellow]{preds.path}, line {preds.cut_line}:[/] cut short by an interruption; "
+            "dropped (that task runs again)",
+            highlight=False,
+        )
+    if preds.resumed:
+        console.print(
+            f"resuming from {preds.path}: {preds.resumed} of {tasks} tasks are already there "
+            "and are not run again (--restart starts afresh)",
+            highlight=False,
+        )
+    if logs.trajectories is not None and logs.trajectories.dropped:
+        console.print(
+            f"{logs.trajectories.path}: {logs.trajectories.dropped} episode(s) without a "
+            "written prediction dropped (their tasks run again)",
+            highlight=False,
+        )
+
+
+def render_unwritten(outcome: AgentEvalResult, export: Path, console: Console) -> bool:
+    """Episodes that ended in an infrastructure failure, left out of the predictions file
+    for the next run to do; True if there were any."""
+    failed = [t for t in outcome.trajectories if t.infra_error is not None]
+    first = failed[0].infra_error if failed else None
+    message = unwritten_message([t.instance_id for t in failed], first, export)
+    if message is not None:
+        console.print(f"[bold red]{escape(message)}[/]", highlight=False)
+    return message is not None
+
+
+def render_unscored(outcome: AgentEvalResult, tasks: int, console: Console) -> None:
+    """Which tasks were run for their predictions only, and what the success rate covers."""
+    if outcome.resumed_reports:
+        console.print(
+            f"{len(outcome.resumed_reports)} resumed task(s) with ground truth scored from "
+            "their saved predictions (in the success rate, not in the episode statistics)",
+            highlight=False,
+        )
+    if not outcome.unscored:
+        return
+    scored = outcome.summary.overall.total
+    covers = f"; the success rate above covers the other {scored}" if scored else ""
+    console.print(
+        f"[yellow]{len(outcome.unscored)} of {tasks} tasks run for predictions only, not "
+        f"scored:[/] they have no ground truth (sol_sql){covers}",
+        highlight=False,
+    )
 
 
 def render_semantics(run: DialectRun, asked: Semantics, console: Console) -> None:
@@ -429,7 +654,7 @@ def render_summary(summary: Summary, title: str, console: Console) -> None:
             highlight=False,
         )
     extra = summary.extra
-    if extra:
+    if extra.get("stop_reasons"):  # episodes ran (a fully resumed run has none)
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(extra.get("stop_reasons", {}).items()))
         console.print(
             f"episodes: average turns {extra.get('avg_turns', 0):.2f}, tool-call validity "

@@ -13,7 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from birdrl.cli.common import clean_errors, labelled_bars, results_console
+from birdrl.cli.common import (
+    DialectOption,
+    MySQLDsnOption,
+    PgDsnOption,
+    clean_errors,
+    labelled_bars,
+    results_console,
+)
 from birdrl.cli.evaluate import (
     DbRootOption,
     SkipOption,
@@ -23,9 +30,12 @@ from birdrl.cli.evaluate import (
 )
 from birdrl.data.mutations import FAMILIES
 from birdrl.data.synthesize import load_sql_examples, synthesize_tasks
+from birdrl.dialects import get_dialect
+from birdrl.evaluation.dialects import open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.suite import validate_tasks
 from birdrl.tasks.benchmark import load_source_tasks, open_benchmark
+from birdrl.tasks.ground_truth import merge_ground_truth
 from birdrl.tasks.overlap import OverlapSummary
 
 __all__ = ["tasks_app"]
@@ -43,31 +53,42 @@ def validate_command(
     db_root: DbRootOption = None,
     workers: WorkersOption = None,
     skip_invalid: SkipOption = False,
+    dialect: DialectOption = "sqlite",
+    pg_dsn: PgDsnOption = None,
+    mysql_dsn: MySQLDsnOption = None,
 ) -> None:
-    """Check that every task's issue SQL fails its tests and its solution passes them.
-    Exits with status 1 if any task is invalid."""
+    """Check that every task's issue SQL fails its tests and its solution passes them, in
+    one dialect (as birdrl eval --dialect scores them). Exits with status 1 if any task is
+    invalid or not scored in that dialect."""
     console = results_console()
     with clean_errors():
         config = EvalConfig() if workers is None else EvalConfig(workers=workers)
-        bench = open_benchmark(source, db_root, skip_invalid=skip_invalid)
+        spec = get_dialect(dialect)  # an unknown name fails here, before any file is read
+        bench = open_benchmark(
+            source, db_root, skip_invalid=skip_invalid, server_databases=spec.databases_on_server
+        )
         render_skipped(bench, console)
-        tasks = bench.debugging_tasks()
-        with progress_bar(len(tasks), "validating") as advance:
-            results = validate_tasks(tasks, bench.databases, config, progress=advance)
-        invalid = [r for r in results if not r.valid]
-        if invalid:
-            table = Table(title=f"invalid tasks in {source}")
+        dsn = {"postgresql": pg_dsn, "mysql": mysql_dsn}.get(spec.name)
+        with open_dialect(bench, spec.name, config, dsn=dsn, validate=False) as run:
+            tasks = run.tasks
+            with progress_bar(len(tasks), "validating") as advance:
+                results = validate_tasks(tasks, run.databases, run.config, progress=advance)
+        rows = [(r.instance_id, r.reason) for r in results if not r.valid]
+        rows += list(run.dropped.items())
+        if rows:
+            table = Table(title=f"invalid tasks in {source} ({spec.title})")
             table.add_column("instance_id", no_wrap=True)
             table.add_column("where", no_wrap=True)
             table.add_column("reason")
-            for r in invalid:
-                table.add_row(r.instance_id, bench.tasks.where(r.instance_id), r.reason)
+            for instance_id, reason in rows:
+                table.add_row(instance_id, bench.tasks.where(instance_id), reason)
             console.print(table)
         console.print(
-            f"{len(results) - len(invalid)} of {len(results)} tasks valid in {source}",
+            f"{run.source_tasks - len(rows)} of {run.source_tasks} tasks valid in {source} "
+            f"({spec.title})",
             highlight=False,
         )
-        if invalid:
+        if rows:
             raise typer.Exit(1)
 
 
@@ -108,6 +129,50 @@ def overlap_command(
             )
         if fail_on_overlap and summary.overlaps:
             raise typer.Exit(1)
+
+
+@tasks_app.command("merge-ground-truth")
+def merge_ground_truth_command(
+    public: Annotated[Path, typer.Argument(help="The public task file (no sol_sql / test_cases).")],
+    ground_truth: Annotated[
+        Path,
+        typer.Argument(
+            help="The withheld ground truth: instance_id, sol_sql, test_cases, ... per record."
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Where the merged JSONL task file is written.")],
+    allow_missing: Annotated[
+        bool,
+        typer.Option(help="Write public tasks without ground truth as they are (unscorable)."),
+    ] = False,
+) -> None:
+    """Merge the withheld fields (sol_sql, test_cases, conditions, ...) into a public task
+    file by instance_id; a field both give with different values is an error. Reports the
+    ids found on one side only."""
+    console = results_console()
+    with clean_errors():
+        result = merge_ground_truth(public, ground_truth, allow_missing=allow_missing)
+        for ids, what in (
+            (result.only_public, "public task(s) without ground truth, left unscorable"),
+            (
+                result.only_ground_truth,
+                f"ground-truth record(s) for no task of {public}, not merged",
+            ),
+        ):
+            if ids:
+                shown = ", ".join(repr(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+                console.print(
+                    f"[yellow]{len(ids)} {escape(what)}:[/] {escape(shown)}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+        path = result.write(out)
+        added = ", ".join(f"{name} {n}" for name, n in sorted(result.fields.items()))
+        console.print(
+            f"ground truth merged into {result.merged} of {len(result.records)} tasks "
+            f"({added or 'no field added'}); written to [bold]{path}[/]",
+            highlight=False,
+        )
 
 
 @tasks_app.command("synthesize")

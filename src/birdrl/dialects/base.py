@@ -28,6 +28,7 @@ __all__ = [
     "Dialect",
     "DialectError",
     "Engine",
+    "OfficialCall",
     "STRICT_RULES",
     "PhaseLike",
     "Prepared",
@@ -59,6 +60,21 @@ class ScoringRules:
 
 STRICT_RULES = ScoringRules(issue_sql_check=True, default_test=True, conditions=True)
 """birdrl's strict scoring, the same on every dialect (the official SQLite rules)."""
+
+
+@dataclass(frozen=True)
+class OfficialCall:
+    """How a dialect's official evaluator calls a task's ``test_case``, so that a test
+    written for another engine is named before it is scored (`birdrl.dialects.foreign`)."""
+
+    shown: str
+    """The call as error messages show it."""
+    positional: int = 4
+    """Arguments passed by position."""
+    keywords: tuple[str, ...] = ()
+    """Arguments passed by name on every call (SQLite's ``conditions``)."""
+    query_helper: str = ""
+    """The query helper its test cases see (``perform_query_on_sqlite_databases``)."""
 
 
 class DialectError(BirdrlError, ValueError):
@@ -161,6 +177,8 @@ class Dialect(Protocol):
     that scoring does not see them)."""
     official_rules: ScoringRules
     """What this engine's official BIRD-CRITIC evaluator does (`ScoringRules`)."""
+    official_call: OfficialCall
+    """How its official evaluator calls a test case (`OfficialCall`)."""
 
     def split_statements(self, sql: str) -> list[str]:
         """Split a script into statements as this engine reads it."""

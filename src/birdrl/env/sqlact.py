@@ -9,9 +9,10 @@ is released at once (the delayed release ends at submission) and the submission 
 exactly as ``birdrl eval --predictions`` scores the same SQL, on a fresh replica in the
 task's initial state (template + ``preprocess_sql``, the submitted statements, the hidden
 tests, ``clean_up_sql``), never on the replica the agent explored: whatever the agent did
-with ``execute_sql`` cannot change its reward. ``close()`` releases the lease. Episodes end
-on submit, at the tool-call limit, when the conversation outgrows the context budget, or at
-the episode's time limit; infrastructure failures end the episode with
+with ``execute_sql`` cannot change its reward; a task without ground truth (a public
+release) records the submission unscored and says so. ``close()`` releases the lease.
+Episodes end on submit, at the tool-call limit, when the conversation outgrows the context
+budget, or at the episode's time limit; infrastructure failures end the episode with
 `StopReason.INFRA_ERROR` and are never scored as a wrong answer.
 
 In single-turn mode the model answers once with the fixed SQL in an ``<answer>`` block; the
@@ -303,6 +304,8 @@ class SQLActEnv:
             )
         statements = [sql] if isinstance(sql, str) else list(sql)
         ep.submission = statements
+        if not ep.task.has_reference:
+            return self._unscored(ep, "Submitted")
         report = self._score(ep, statements)
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         observation = (
@@ -319,6 +322,14 @@ class SQLActEnv:
         ep.report = report
         return report
 
+    def _unscored(self, ep: _Episode, what: str) -> StepResult:
+        """A task without ground truth (a public release, run for its predictions): the
+        submission ends the episode as usual and is recorded, but no test can score it, so
+        the observation says so; its reward is 0 and ``info["scored"]`` is False."""
+        self.close()
+        observation = f"{what} (not scored: this task has no ground truth)."
+        return self._end(ep, observation, 0.0, StopReason.SUBMITTED, scored=False)
+
     def _answer(self, ep: _Episode, text: str) -> StepResult:
         sql = extract_answer(text)
         if sql is None:
@@ -327,6 +338,8 @@ class SQLActEnv:
             )
         # the answer block is a script: its statements are the prediction's list
         ep.submission = get_dialect(self.pool.dialect).split_statements(sql) or [sql]
+        if not ep.task.has_reference:
+            return self._unscored(ep, "Answer recorded")
         report = self._score(ep, ep.submission)
         reason = StopReason.INFRA_ERROR if report.infra_error else StopReason.SUBMITTED
         return self._end(

@@ -6,20 +6,24 @@ the files themselves; PostgreSQL and MySQL: the server given, or a throwaway loc
 engine says which tasks it scores on which template databases, and tasks carried over
 from another dialect are validated here (the issue SQL must fail the tests, the solution
 pass them) and scored under `strict` semantics; tasks that do not carry over or validate
-are dropped and counted, with the reason.
+are dropped and counted, with the reason. Tasks written for another engine (by their
+``dialect`` field or their test cases' signature) are refused with one error, never scored
+as failures; a run over several dialects gives each the tasks labelled with it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from birdrl.dialects import DialectError, get_dialect
+from birdrl.dialects.foreign import check_test_cases, tasks_for_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.semantics import Semantics
 from birdrl.tasks.benchmark import Benchmark
+from birdrl.tasks.load import LoadedTasks
 from birdrl.tasks.model import Task
 
 __all__ = ["DialectError", "DialectRun", "open_dialect"]
@@ -50,14 +54,22 @@ def open_dialect(
     *,
     dsn: str | None = None,
     validate: bool = True,
+    run_dialects: Sequence[str] = (),
 ) -> Iterator[DialectRun]:
     """``with open_dialect(bench, "postgresql", config) as run:`` score ``run.tasks`` on
     ``run.databases`` with ``run.config`` (see the module docstring). `dsn` is the
-    server of a dialect that has one (None: the dialect's default)."""
+    server of a dialect that has one (None: the dialect's default). `run_dialects`: every
+    dialect of a run that scores several, so that a set mixing them gives each its own
+    tasks. A set holding tasks written for another engine is refused before anything is
+    scored (`birdrl.dialects.foreign`)."""
     spec = get_dialect(dialect)
-    source_tasks = len(bench.debugging_tasks())
+    own = tasks_for_dialect(bench, spec.name, run_dialects=run_dialects)
+    if len(own) < len(bench.tasks):
+        bench = _routed(bench, own)
     with spec.open_engine(dsn) as engine:
         prepared = engine.prepare(bench)
+        if not prepared.carried_over:  # carried-over tasks are validated below instead
+            check_test_cases(prepared.tasks, spec.name)
         run_config = replace(config, engine=engine, caveats=dict(prepared.caveats))
         if prepared.carried_over:
             run_config = replace(run_config, semantics=Semantics.STRICT)
@@ -71,4 +83,12 @@ def open_dialect(
             kept = [t for t in kept if t.instance_id not in bad]
         if prepared.carried_over and not kept:
             raise DialectError(f"no task of {bench.name} could be carried over to {spec.title}")
-        yield DialectRun(spec.name, kept, prepared.databases, run_config, dropped, source_tasks)
+        yield DialectRun(spec.name, kept, prepared.databases, run_config, dropped, len(own))
+
+
+def _routed(bench: Benchmark, tasks: list[Task]) -> Benchmark:
+    """`bench` reduced to `tasks` and their databases."""
+    used = {t.db_id for t in tasks}
+    loaded = LoadedTasks(list(tasks), dict(bench.tasks.origins), list(bench.tasks.skipped))
+    databases = {db_id: path for db_id, path in bench.databases.items() if db_id in used}
+    return Benchmark(bench.name, loaded, databases)

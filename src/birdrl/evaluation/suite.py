@@ -24,6 +24,7 @@ __all__ = [
     "check_scorable",
     "evaluate_suite",
     "load_predictions",
+    "parse_prediction",
     "scripted_predictions",
     "validate_tasks",
     "write_predictions",
@@ -52,20 +53,24 @@ def load_predictions(path: str | Path) -> Predictions:
             raise PredictionsError(
                 f"{p}, line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
             ) from None
-        if not isinstance(record, dict) or "instance_id" not in record:
-            raise PredictionsError(f"{p}, line {number}: field 'instance_id': missing")
-        sqls = record.get("pred_sqls", record.get("pred_sql"))
-        if isinstance(sqls, str):  # cut at [split] markers, as the official evaluators do
-            sqls = list(split_sql_field(sqls))
-        if not isinstance(sqls, list) or not all(isinstance(s, str) for s in sqls):
-            raise PredictionsError(
-                f"{p}, line {number}: field 'pred_sqls': must be a list of SQL strings"
-            )
-        key = str(record["instance_id"])
+        key, sqls = parse_prediction(record, f"{p}, line {number}")
         if key in out:
             raise PredictionsError(f"{p}, line {number}: duplicate instance_id {key!r}")
         out[key] = sqls
     return out
+
+
+def parse_prediction(record: Any, where: str) -> tuple[str, list[str]]:
+    """One decoded predictions line as (instance_id, statements); `PredictionsError`
+    naming `where` (file and line) when it is not in the official format."""
+    if not isinstance(record, dict) or "instance_id" not in record:
+        raise PredictionsError(f"{where}: field 'instance_id': missing")
+    sqls = record.get("pred_sqls", record.get("pred_sql"))
+    if isinstance(sqls, str):  # cut at [split] markers, as the official evaluators do
+        sqls = list(split_sql_field(sqls))
+    if not isinstance(sqls, list) or not all(isinstance(s, str) for s in sqls):
+        raise PredictionsError(f"{where}: field 'pred_sqls': must be a list of SQL strings")
+    return str(record["instance_id"]), sqls
 
 
 def write_predictions(path: str | Path, predictions: Mapping[str, Sequence[str]]) -> Path:
@@ -100,20 +105,22 @@ class SuiteResult:
         }
 
 
-def check_scorable(tasks: Iterable[Task]) -> None:
+def check_scorable(tasks: Iterable[Task], *, hint: str = "") -> None:
     """Raise `TaskNotScorableError` if any task has no reference solution (``sol_sql``):
-    such a task can be used for inference, not scored, whoever produced the prediction."""
+    such a task can be used for inference, not scored, whoever produced the prediction.
+    `hint` (the caller's way to run such tasks anyway) ends the message."""
     public = [t.instance_id for t in tasks if not t.has_reference]
+    tail = f"; {hint}" if hint else ""
     if len(public) == 1:
         raise TaskNotScorableError(
             f"task {public[0]!r} has no sol_sql (public release?): it can be used for "
-            "inference, not scored"
+            f"inference, not scored{tail}"
         )
     if public:
         shown = ", ".join(repr(i) for i in public[:5]) + (", ..." if len(public) > 5 else "")
         raise TaskNotScorableError(
             f"{len(public)} tasks have no sol_sql (public release?): they can be used for "
-            f"inference, not scored: {shown}"
+            f"inference, not scored: {shown}{tail}"
         )
 
 

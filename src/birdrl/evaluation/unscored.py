@@ -2,18 +2,22 @@
 the replica user, a pool that cannot lend a replica) is not a wrong answer. `birdrl eval`
 says how many tasks it could not score, shows the first error with a hint where the cause
 is recognised, and exits with `UNSCORED_EXIT`, so a misconfigured server never passes as a
-benchmark number."""
+benchmark number. The same holds for episodes a predictions-only run could not finish: they
+are named, and left out of the predictions file so that a second run does them."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 
 from birdrl.evaluation.metrics import Summary
 
-__all__ = ["UNSCORED_EXIT", "cause_hint", "unscored_message"]
+__all__ = ["UNSCORED_EXIT", "cause_hint", "unscored_message", "unwritten_message"]
 
 UNSCORED_EXIT = 3
-"""`birdrl eval`'s exit status when some tasks could not be scored."""
+"""`birdrl eval`'s exit status when some tasks could not be scored (or, for predictions,
+run)."""
 
 _CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
@@ -71,3 +75,22 @@ def unscored_message(summary: Summary) -> str | None:
         else "hint: fix the database setup and run again; --json records every task's error"
     )
     return "\n".join(lines)
+
+
+def unwritten_message(failed: Sequence[str], first_error: str | None, path: Path) -> str | None:
+    """What to tell the user when episodes of a resumable run (`birdrl eval --agent
+    --export-predictions`) ended in an infrastructure failure (None if none did): they are
+    not in the predictions file at `path`, so running the same command again does them."""
+    if not failed:
+        return None
+    shown = ", ".join(repr(i) for i in failed[:5]) + (", ..." if len(failed) > 5 else "")
+    first = first_error or "(no message)"
+    hint = cause_hint(first)
+    return "\n".join(
+        [
+            f"{len(failed)} episode(s) ended in an infrastructure failure and are not in "
+            f"{path} ({shown}): run the same command again to do them.",
+            f"first error: {first}",
+            *([f"likely cause: {hint}"] if hint else []),
+        ]
+    )

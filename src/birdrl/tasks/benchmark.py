@@ -12,7 +12,13 @@ from importlib import resources
 from pathlib import Path
 
 from birdrl.errors import BirdrlError
-from birdrl.tasks.load import LoadedTasks, check_task_source, load_tasks, resolve_databases
+from birdrl.tasks.load import (
+    DATABASE_LAYOUTS,
+    LoadedTasks,
+    check_task_source,
+    load_tasks,
+    resolve_databases,
+)
 from birdrl.tasks.model import Task, TextToSQLTask
 
 __all__ = [
@@ -22,6 +28,7 @@ __all__ = [
     "BenchmarkSpecError",
     "JOIN",
     "bundled_task_file",
+    "join_benchmarks",
     "load_source_tasks",
     "open_benchmark",
     "split_source",
@@ -156,11 +163,7 @@ def open_benchmark(
             open_benchmark(p, db_root, skip_invalid=skip_invalid, server_databases=server_databases)
             for p in parts
         ]
-        return Benchmark(
-            text,
-            _join_tasks([(b.name, b.tasks) for b in opened]),
-            _join_databases(opened),
-        )
+        return join_benchmarks(text, opened)
     path = task_file(source)
     if text.startswith("bundled:"):
         if db_root is None:
@@ -173,13 +176,22 @@ def open_benchmark(
         if db_root is None and server_databases:
             return Benchmark(text, load_tasks(path, skip_invalid=skip_invalid), {})
         if db_root is None:
+            layouts = ", ".join(DATABASE_LAYOUTS)
             raise BenchmarkSpecError(
-                f"tasks from {text} need a database root (--db-root DIR holding "
-                "{db_id}/{db_id}.sqlite or {db_id}.sqlite)"
+                f"tasks from {text} need a database root (--db-root DIR holding each "
+                f"db_id's file as one of: {layouts})"
             )
     loaded = load_tasks(path, skip_invalid=skip_invalid)
     databases = resolve_databases(loaded, db_root, skip_invalid=skip_invalid)
     return Benchmark(text, loaded, databases)
+
+
+def join_benchmarks(name: str, opened: list[Benchmark]) -> Benchmark:
+    """Sets opened apart (each with its own database root) as one set named `name`, with
+    the checks of a ``+`` join: no instance_id twice, one file per db_id."""
+    return Benchmark(
+        name, _join_tasks([(b.name, b.tasks) for b in opened]), _join_databases(opened)
+    )
 
 
 def _join_databases(opened: list[Benchmark]) -> dict[str, Path]:

@@ -2,7 +2,8 @@
 and finding their databases.
 
 Field names are the official ones; aliases used by other releases are accepted
-(``selected_database`` for ``db_id``, ``error_sql`` for ``issue_sql``). Every problem is a
+(``selected_database`` for ``db_id``, ``error_sql`` for ``issue_sql``); a ``dialect``
+field is kept and read case-insensitively (`Task.dialect`). Every problem is a
 `TaskFormatError` naming the file, the line (record number for JSON/parquet) and the field;
 with ``skip_invalid=True`` bad records are reported in `LoadedTasks.skipped` and skipped.
 """
@@ -20,10 +21,12 @@ from birdrl.tasks.fields import split_sql_field
 from birdrl.tasks.model import Category, Task, TextToSQLTask
 
 __all__ = [
+    "DATABASE_LAYOUTS",
     "LoadedTasks",
     "MissingDatabaseError",
     "TaskFormatError",
     "check_task_source",
+    "database_candidates",
     "find_database",
     "load_tasks",
     "parse_record",
@@ -87,12 +90,13 @@ class LoadedTasks:
 
 def load_tasks(source: str | Path, *, skip_invalid: bool = False) -> LoadedTasks:
     """Load debugging or text-to-SQL tasks from a local file (``.jsonl``, ``.json``,
-    ``.parquet``) or, with ``hf:NAME[:SPLIT]``, from a Hugging Face dataset available offline."""
+    ``.parquet``) or, with ``hf:NAME[:SPLIT]``, from a Hugging Face dataset's records (see
+    `_hf_records`; its databases come with ``birdrl data get``)."""
     path = check_task_source(source)
     if path is None:
         text = str(source)
         name, _, split = text[3:].partition(":")
-        return _collect(_hf_records(name, split or "train"), text, skip_invalid)
+        return _collect(_hf_records(name, split), text, skip_invalid)
     return _collect(_file_records(path), str(path), skip_invalid)
 
 
@@ -180,6 +184,11 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _hf_records(name: str, split: str) -> Iterator[tuple[int, Any]]:
+    """The records of dataset `name` (a hub id or a local dataset folder) through
+    ``datasets``, which follows ``HF_HUB_OFFLINE``: online it downloads into its cache,
+    offline it reads the cache only. Records only: the databases are not fetched.
+    Without `split`, the dataset's only split is taken; with several, the error names them
+    (published cards name theirs ``flash``, ``open``, ...), none is assumed."""
     try:
         import datasets  # optional extra
     except ImportError as exc:
@@ -188,13 +197,32 @@ def _hf_records(name: str, split: str) -> Iterator[tuple[int, Any]]:
             None,
             "loading from the Hugging Face hub needs: pip install 'birdrl[datasets]'",
         ) from exc
+    source = f"hf:{name}:{split}" if split else f"hf:{name}"
     try:
-        ds = datasets.load_dataset(name, split=split)
+        loaded = datasets.load_dataset(name, split=split) if split else datasets.load_dataset(name)
     except Exception as exc:  # datasets raises many types; report which dataset failed
+        from birdrl.hub import hub_offline
+
+        where = (
+            "HF_HUB_OFFLINE is set, so only the local cache is read, and it cannot give it; "
+            "load it once with network access"
+            if hub_offline()
+            else "check the name and the network"
+        )
         raise TaskFormatError(
-            f"hf:{name}:{split}", None, f"cannot load dataset (offline or not cached?): {exc}"
-        ) from exc
-    yield from enumerate(ds, start=1)
+            source, None, f"cannot load the dataset ({where}; task files and databases "
+            f"of the published benchmarks: `birdrl data get`): {exc}"
+        ) from exc  # fmt: skip
+    if split:
+        yield from enumerate(loaded, start=1)
+        return
+    splits = list(loaded)
+    if len(splits) != 1:
+        raise TaskFormatError(
+            source, None, f"the dataset has the splits {', '.join(splits)}; name one as "
+            f"hf:{name}:SPLIT"
+        )  # fmt: skip
+    yield from enumerate(loaded[splits[0]], start=1)
 
 
 def parse_record(record: Any, *, source: str = "<record>", line: int | None = None) -> AnyTask:
@@ -228,6 +256,7 @@ def parse_record(record: Any, *, source: str = "<record>", line: int | None = No
     if not isinstance(efficiency, bool) and efficiency is not None:
         raise TaskFormatError(source, line, "must be true or false", "efficiency")
     external = record.get("external_data")
+    p.check_dialect()
     return Task(
         instance_id=p.identifier("instance_id"),
         db_id=db_id,
@@ -248,6 +277,7 @@ def parse_record(record: Any, *, source: str = "<record>", line: int | None = No
 def _parse_text_to_sql(record: Mapping[str, Any], source: str, line: int | None) -> TextToSQLTask:
     p = _Fields(record, source, line)
     qid = record.get("question_id", line)
+    p.check_dialect()
     return TextToSQLTask(
         question_id=str(qid),
         db_id=p.string("db_id"),
@@ -283,6 +313,13 @@ class _Fields:
             raise self.fail(name, "must be a non-empty string")
         return value
 
+    def check_dialect(self) -> None:
+        """An optional ``dialect`` (kept in `extra`, read by `Task.dialect`) must name an
+        engine, so that a run in another dialect can refuse the task."""
+        value = self.record.get("dialect")
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise self.fail("dialect", 'must be a non-empty string naming an engine ("SQLite")')
+
     def identifier(self, name: str) -> str:
         value = self._get(name, None)
         if value is None:
@@ -306,14 +343,38 @@ class _Fields:
         raise self.fail(name, "must be an SQL string or a list of SQL strings")
 
 
-def find_database(db_root: str | Path, db_id: str) -> Path | None:
-    """The database file of `db_id` under `db_root`, in either benchmark layout:
-    ``{root}/{db_id}/{db_id}.sqlite`` or ``{root}/{db_id}.sqlite``."""
+DATABASE_LAYOUTS = (
+    "{db_id}/{db_id}.sqlite",
+    "{db_id}.sqlite",
+    "{db_id}/{db_id}_template.sqlite",
+    "dev_databases/{db_id}/{db_id}.sqlite",
+    "train_databases/{db_id}/{db_id}.sqlite",
+)
+"""Where a database root may hold the file of a db_id, tried in this order: BIRD-CRITIC's
+and the bundled layout, a flat directory, SIX-GYM's and the official BIRD-CRITIC
+evaluator's template files, and BIRD's text-to-SQL downloads (``dev/``, ``train/`` as
+the root). The first that exists wins."""
+
+
+def database_candidates(db_root: str | Path, db_id: str) -> list[Path]:
+    """Every path `find_database` tries for `db_id`, in `DATABASE_LAYOUTS` order."""
     root = Path(db_root).expanduser()
-    for candidate in (root / db_id / f"{db_id}.sqlite", root / f"{db_id}.sqlite"):
+    return [root / layout.format(db_id=db_id) for layout in DATABASE_LAYOUTS]
+
+
+def find_database(db_root: str | Path, db_id: str) -> Path | None:
+    """The database file of `db_id` under `db_root`: the first of `DATABASE_LAYOUTS`
+    that exists, or None."""
+    for candidate in database_candidates(db_root, db_id):
         if candidate.is_file():
             return candidate
     return None
+
+
+def _tried(db_id: str) -> str:
+    """The layouts tried for `db_id`, as an error message lists them."""
+    paths = [layout.format(db_id=db_id) for layout in DATABASE_LAYOUTS]
+    return ", ".join(paths[:-1]) + f" and {paths[-1]}"
 
 
 def resolve_databases(
@@ -332,8 +393,7 @@ def resolve_databases(
         if path is None:
             err = MissingDatabaseError(
                 f"{loaded.where(task.instance_id)}: field 'db_id': no database for "
-                f"{task.db_id!r} under {root} (looked for {task.db_id}/{task.db_id}.sqlite "
-                f"and {task.db_id}.sqlite)"
+                f"{task.db_id!r} under {root} (looked for {_tried(task.db_id)})"
             )
             if not skip_invalid:
                 raise err

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["Category", "Task", "TextToSQLTask"]
+__all__ = ["Category", "Task", "TextToSQLTask", "record_dialect"]
 
 
 class Category(StrEnum):
@@ -32,6 +32,13 @@ class Category(StrEnum):
                 return c
         allowed = ", ".join(c.value for c in cls)
         raise ValueError(f"unknown category {value!r} (expected one of: {allowed})")
+
+
+def record_dialect(extra: Mapping[str, Any]) -> str | None:
+    """A record's ``dialect`` field compared as dialect names are: stripped, lower case
+    (published files write "SQLite", "PostgreSQL", "MySQL"); None when it has none."""
+    value = extra.get("dialect")
+    return value.strip().lower() if isinstance(value, str) and value.strip() else None
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,13 @@ class Task:
     external_data: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Fields of the source record that this class does not model, kept verbatim."""
+
+    @property
+    def dialect(self) -> str | None:
+        """The engine the record says it was written for, lower case (``"PostgreSQL"`` ->
+        ``"postgresql"``, a registered dialect's name); None when the record has no
+        ``dialect`` field. Kept verbatim in `extra`, so `to_record` writes it back as read."""
+        return record_dialect(self.extra)
 
     @property
     def has_reference(self) -> bool:
@@ -105,6 +119,11 @@ class TextToSQLTask:
     @property
     def instance_id(self) -> str:
         return self.question_id
+
+    @property
+    def dialect(self) -> str | None:
+        """As `Task.dialect`: the record's ``dialect`` field, lower case, or None."""
+        return record_dialect(self.extra)
 
     def to_record(self) -> dict[str, Any]:
         return {

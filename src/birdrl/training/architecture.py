@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from birdrl.agents.models import hub_cache_dir, is_hub_id
+from birdrl.agents.models import is_hub_id
 from birdrl.errors import BirdrlError
+from birdrl.hub import hub_cache_dir
 
 __all__ = [
     "KNOWN_MODELS",

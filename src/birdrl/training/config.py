@@ -195,6 +195,9 @@ class HeldOutSplit:
     """Its task source (``bundled:test-easy``, a file, ``hf:NAME``)."""
     limit: int | None = None
     """Evaluate N of its tasks, taken like `EvalSettings.limit`'s (None: as ``limit``)."""
+    db_root: str | None = None
+    """The databases of its task files (None: ``eval_db_root``, else ``db_root``);
+    ``bundled:`` sets bring their own (`birdrl.training.sources`)."""
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,15 @@ class CurriculumConfig:
     text2sql_tasks: str | None = "bundled:text2sql-train"
     """Text-to-SQL source for multi-task mixing (used when a stage's ``text2sql_ratio`` > 0)."""
     db_root: str | None = None
+    """The databases of the training task files (``tasks``, each stage's ``tasks``), and
+    of any other source's task files whose own root is unset. ``bundled:`` sets always use
+    the bundled databases (`birdrl.training.sources`)."""
+    eval_db_root: str | None = None
+    """The databases of the held-out task files (``eval_tasks``, ``easy_eval_tasks``,
+    ``[[evaluation.splits]]`` without their own ``db_root``); None: ``db_root``."""
+    text2sql_db_root: str | None = None
+    """The databases of a ``text2sql_tasks`` file (BIRD's ``train_databases``); None:
+    ``db_root``."""
     eval_semantics: str = "official"
     """How held-out evaluations are scored: ``official`` (each engine's official evaluator,
     comparable with published numbers) or ``strict`` (docs/evaluation.md, "Scoring
@@ -399,6 +411,10 @@ class CurriculumConfig:
                 "vllm_gpu_memory_utilization must be in (0, 1], got "
                 f"{self.vllm_gpu_memory_utilization}"
             )
+        for name in ("db_root", "eval_db_root", "text2sql_db_root"):
+            root = getattr(self, name)
+            if root is not None and not root.strip():
+                raise ConfigError(f"{name} must name a directory or be left out")
         self.held_out_splits()  # raises on a bad split
         for n in (1, 2, 3, 4):
             tasks = getattr(self, f"stage{n}").tasks
@@ -440,6 +456,8 @@ class CurriculumConfig:
                 raise ConfigError(f"{where}.tasks: give the split's task source")
             if split.limit is not None and split.limit < 1:
                 raise ConfigError(f"{where}.limit must be >= 1 or left out, got {split.limit}")
+            if split.db_root is not None and not split.db_root.strip():
+                raise ConfigError(f"{where}.db_root must name a directory or be left out")
         return splits
 
     def stage_tasks(self, stage: int) -> str:

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from birdrl.dialects.base import ScoringRules
+from birdrl.dialects.base import OfficialCall, ScoringRules
 from birdrl.dialects.mysql.dsn import require_pymysql
 from birdrl.dialects.mysql.server import MySQLServer
 from birdrl.dialects.mysql.statements import split_mysql_statements
@@ -40,6 +40,11 @@ class MySQLDialect:
     official_rules = ScoringRules(issue_sql_check=False, default_test=False, conditions=False)
     """The official evaluator (``single_instance_eval_mysql.py``) runs no issue-SQL phase
     and no default test, and calls tests and ``ex_base`` with exactly four arguments."""
+
+    official_call = OfficialCall(
+        "test_case(pred_sqls, sol_sqls, db_name, conn)",
+        query_helper="perform_query_on_mysql_databases",
+    )
 
     def split_statements(self, sql: str) -> list[str]:
         return split_mysql_statements(sql)

@@ -70,7 +70,7 @@ def prepare_benchmark(
     """The benchmark's debugging tasks as the server of `admin_dsn` scores them (see the
     module docstring). `grant_to` (``user`` or ``user@host``) may read the loaded templates."""
     tasks = bench.debugging_tasks()
-    native = all(t.extra.get("dialect") == "mysql" for t in tasks) or not bench.databases
+    native = all(t.dialect == "mysql" for t in tasks) or not bench.databases
     if native:
         databases: dict[str, Any]
         databases, mariadb = _native_templates(admin_dsn, {t.db_id for t in tasks})

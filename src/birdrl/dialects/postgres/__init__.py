@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from birdrl.dialects.base import ScoringRules
+from birdrl.dialects.base import OfficialCall, ScoringRules
 from birdrl.dialects.postgres.server import PostgresServer, require_psycopg
 from birdrl.dialects.postgres.statements import split_postgres_statements
 
@@ -37,6 +37,11 @@ class PostgresDialect:
     official_rules = ScoringRules(issue_sql_check=False, default_test=False, conditions=False)
     """The official evaluator (``single_instance_eval_postgresql.py``) runs no issue-SQL phase
     and no default test, and calls tests and ``ex_base`` with exactly four arguments."""
+
+    official_call = OfficialCall(
+        "test_case(pred_sqls, sol_sqls, db_name, conn)",
+        query_helper="perform_query_on_postgresql_databases",
+    )
 
     def split_statements(self, sql: str) -> list[str]:
         return split_postgres_statements(sql)

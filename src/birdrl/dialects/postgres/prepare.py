@@ -34,7 +34,7 @@ def _native_templates(server: PostgresServer, db_ids: set[str]) -> dict[str, str
 def prepare_benchmark(server: PostgresServer, bench: Benchmark) -> Prepared:
     """The benchmark's debugging tasks as `server` scores them (see the module docstring)."""
     tasks = bench.debugging_tasks()
-    native = all(t.extra.get("dialect") == "postgresql" for t in tasks) or not bench.databases
+    native = all(t.dialect == "postgresql" for t in tasks) or not bench.databases
     if native:
         databases: dict[str, Any] = _native_templates(server, {t.db_id for t in tasks})
         return Prepared(tasks, databases)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from birdrl.db.backend import SQLiteBackend
 from birdrl.db.statements import split_statements
-from birdrl.dialects.base import STRICT_RULES, Prepared
+from birdrl.dialects.base import STRICT_RULES, OfficialCall, Prepared
 
 if TYPE_CHECKING:
     from birdrl.dialects.base import TestSession
@@ -56,6 +56,13 @@ class SQLiteDialect:
     official_rules = STRICT_RULES
     """The official SQLite evaluator checks the issue SQL, has a default test and passes
     ``conditions``: birdrl's strict rules are its rules."""
+
+    official_call = OfficialCall(
+        "test_case(pred_sqls, sol_sqls, db_path, conn, conditions=...)",
+        keywords=("conditions",),
+        query_helper="perform_query_on_sqlite_databases",
+    )
+    """Every test gets ``conditions`` by name: a test without that parameter cannot run."""
 
     def split_statements(self, sql: str) -> list[str]:
         return split_statements(sql)
