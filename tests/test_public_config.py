@@ -36,11 +36,10 @@ from birdrl.training.sources import (
     training_source,
 )
 
-TEST_CASE = (
-    "def test_case(pred_sqls, sol_sqls, db_path, conn):\n"
-    "    pred, _, _ = execute_queries(pred_sqls, db_path, conn)\n"
-    "    sol, _, _ = execute_queries(sol_sqls, db_path, conn)\n"
-    "    assert pred == sol\n"
+TEST_CASE = (  # the official SQLite evaluator's signature, as the bundled tasks write it
+    "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
+    "    result = ex_base(pred_sqls, sol_sqls, db_path, conn, conditions)\n"
+    '    assert result == 1, f"ex_base returned {result}"\n'
 )
 
 

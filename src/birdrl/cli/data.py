@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from birdrl.agents.evaluate import check_rollout_config
 from birdrl.agents.registry import AGENT_SPECS, make_agent
@@ -47,21 +48,22 @@ def get_command(
     spec = got.spec
     how = "copied from" if not got.linked else "linked to"
     origin = f"{spec.repo_id}, {how} {got.snapshot}" if got.snapshot else "unpacked by hand"
-    console.print(f"[bold]{spec.title}[/] in {got.folder} ({origin})", highlight=False)
+    console.print(f"[bold]{spec.title}[/] in {escape(str(got.folder))} ({origin})", highlight=False)
     for path in got.task_files:
-        console.print(f"  tasks:     {path} ({got.tasks} tasks)", highlight=False)
+        console.print(f"  tasks:     {path} ({got.tasks} tasks)", highlight=False, markup=False)
     if got.db_root is not None:
         console.print(
             f"  databases: {got.db_root} ({len(got.db_ids)} databases) -> --db-root",
             highlight=False,
+            markup=False,
         )
     for note in got.notes:
-        console.print(f"  note: {note}", highlight=False)
+        console.print(f"  note: {note}", highlight=False, markup=False)
     commands = got.next_commands()
     if commands:
         console.print("next:", highlight=False)
         for command in commands:
-            console.print(f"  {command}", highlight=False, soft_wrap=True)
+            console.print(f"  {command}", highlight=False, soft_wrap=True, markup=False)
 
 
 @data_app.command("build")

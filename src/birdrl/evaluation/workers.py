@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ class _Failure:
 
 
 def _serve(conn: Connection, func: Callable[[Any], Any]) -> None:
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     conn.send("ready")
     while True:
         try:
@@ -57,6 +60,15 @@ def _serve(conn: Connection, func: Callable[[Any], Any]) -> None:
         except Exception as exc:  # reported to the parent, which raises it there
             out = _Failure(type(exc).__name__, str(exc), traceback.format_exc())
         conn.send(out)
+
+
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """End the worker once its parent is gone. A worker notices a dead parent only when it
+    next reads the pipe; one inside a job that does not end (test code in a loop, whose
+    timeout only the parent enforces) would otherwise run on, orphaned, for good."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 class Worker:
