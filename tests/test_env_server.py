@@ -419,3 +419,16 @@ def test_the_docs_list_every_option_of_env_serve() -> None:
     table = set(re.findall(r"^\| `(--[a-z-]+)`(?:, `(--[a-z-]+)`)?", docs, re.M))
     documented = {name for row in table for name in row if name}
     assert documented == options
+
+
+def test_tasks_without_ground_truth_are_not_served(tmp_path: Path) -> None:
+    """A served episode's reward is a score: a public task (no sol_sql) would pay 0 for
+    any submission, so the server refuses it before it starts."""
+    from dataclasses import replace
+
+    from birdrl.evaluation.suite import TaskNotScorableError
+
+    tasks = _tasks()
+    tasks["toy_0"] = replace(tasks["toy_0"], sol_sql=())
+    with pytest.raises(TaskNotScorableError, match="'toy_0' has no sol_sql.*serve only tasks"):
+        ServedEnv(tasks, {"toy": _database(tmp_path)}, ServeConfig(port=0))

@@ -9,12 +9,15 @@ one database in four; an episode that first runs ``SELECT name FROM sqlite_maste
 name in the observation and can submit the right ``COUNT(*)``. Submissions are scored on a
 fresh replica, as everywhere.
 
-The tiny random model is warm-started by SFT on a mix of trajectories: per task one that
-explores and then submits correctly, and four that submit blindly (one per table name). It
-then explores in about one episode in eight, so every group holds both kinds and only the
-episode reward says which is better. `learning_problems` is the check (mean episode reward
-and the share of exploring episodes must rise, the weights must move); the meta-tests break
-the multi-turn credit in three ways and show that the same check then fails:
+The tiny random model is warm-started by SFT on a mix of trajectories: per task two that
+explore and then submit correctly, and four that submit blindly (one per table name). It
+then explores in about one episode in five, so most groups hold both kinds and only the
+episode reward says which is better. (With one exploring trajectory per task the warm start
+explored in 3% of episodes on an AVX2 EPYC, too few groups carried signal, and whether
+stage 4 took off within ten steps depended on the seed and the CPU's arithmetic.)
+`learning_problems` is the check (mean episode reward and the share of exploring episodes
+must rise, the weights must move); the meta-tests break the multi-turn credit in three ways
+and show that the same check then fails:
 
 * ``reward-cut-from-loss``: advantages zeroed inside TRL (rewards still computed, logged);
 * ``reward-to-wrong-trajectory``: each episode's reward handed to its neighbour in the batch;
@@ -108,7 +111,7 @@ def _submitted(passed: bool) -> str:
 
 
 def _warm_rows(tasks: dict[str, Task]) -> list[dict[str, Any]]:
-    """Per task: one episode that looks and submits the right count, four that submit
+    """Per task: two episodes that look and submit the right count, four that submit
     blindly (one per table name; one of them is right). The observation text is the
     environment's own rendering of the one-row result."""
     done = {"role": "assistant", "content": "Done."}
@@ -117,18 +120,15 @@ def _warm_rows(tasks: dict[str, Task]) -> list[dict[str, Any]]:
         table = task.db_id.removeprefix("toy_")
         user = {"role": "user", "content": task.query}
         names = ExecResult(columns=("name",), rows=((table,),), row_count=1)
-        rows.append(
-            {
-                "messages": [
-                    user,
-                    _call("execute_sql", LOOK),
-                    _result("execute_sql", format_result(names)),
-                    _call("submit_solution", f"SELECT COUNT(*) FROM {table}"),
-                    _result("submit_solution", _submitted(True)),
-                    done,
-                ]
-            }
-        )
+        look = [
+            user,
+            _call("execute_sql", LOOK),
+            _result("execute_sql", format_result(names)),
+            _call("submit_solution", f"SELECT COUNT(*) FROM {table}"),
+            _result("submit_solution", _submitted(True)),
+            done,
+        ]
+        rows += [{"messages": look}, {"messages": look}]
         for guess in TABLES:
             submit = _call("submit_solution", f"SELECT COUNT(*) FROM {guess}")
             result = _result("submit_solution", _submitted(guess == table))
@@ -229,16 +229,18 @@ def per_step(history: list[dict[str, Any]]) -> list[tuple[float, float]]:
 
 def learning_problems(steps: list[tuple[float, float]], weight_change: float) -> list[str]:
     """What keeps a stage-4 run from counting as learning (empty: it learned): over the
-    last three steps against the first three (96 episodes each), the mean episode reward
-    must rise by 0.2 and the share of episodes that explore before submitting by 0.3; the
-    weights must move."""
+    last three steps (96 episodes) against the first, whose episodes the warm-started model
+    generated before any update (32), the mean episode reward must rise by 0.2 and the
+    share of episodes that explore before submitting by 0.3; the weights must move. The
+    first step alone is the baseline because a working run has learned a good part of it
+    by the second and third."""
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
 
     problems = []
-    first_reward, last_reward = mean([r for r, _ in steps[:3]]), mean([r for r, _ in steps[-3:]])
-    first_look, last_look = mean([x for _, x in steps[:3]]), mean([x for _, x in steps[-3:]])
+    first_reward, last_reward = steps[0][0], mean([r for r, _ in steps[-3:]])
+    first_look, last_look = steps[0][1], mean([x for _, x in steps[-3:]])
     if last_reward < first_reward + 0.2:
         problems.append(f"mean episode reward did not rise: {first_reward:.3f} → {last_reward:.3f}")
     if last_look < first_look + 0.3:

@@ -49,6 +49,7 @@ from birdrl.evaluation.dialects import DialectRun, open_dialect
 from birdrl.evaluation.evaluator import EvalConfig
 from birdrl.evaluation.semantics import REWARD_SEMANTICS
 from birdrl.evaluation.session import scoring_session
+from birdrl.evaluation.suite import check_scorable
 from birdrl.serve.wire import SQLActObservation, SQLActState, ToolCallAction
 from birdrl.tasks.benchmark import Benchmark
 from birdrl.tasks.model import Task
@@ -407,6 +408,8 @@ class ServedEnv:
         self.config = config or ServeConfig()
         check_bind(self.config.host, self.config.allow_remote, self.config.token)
         self.tasks = dict(tasks)
+        # a served episode is a reward: a task without ground truth would pay 0 for anything
+        check_scorable(self.tasks.values(), hint="serve only tasks with sol_sql and test_cases")
         used = {t.db_id for t in self.tasks.values()}
         missing = sorted(used - set(databases))
         if missing:
