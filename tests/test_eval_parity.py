@@ -203,3 +203,25 @@ def test_episode_options_are_refused_in_one_line(options: tuple[str, ...], messa
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     (line,) = result.output.splitlines()
     assert line.startswith("error: ") and message in line
+
+
+def test_a_hub_models_settings_are_read_from_the_cache_without_downloading(
+    offline_cache: Path,
+) -> None:
+    """``vllm:ORG/NAME``: the settings file is taken from the hub cache when the model's
+    snapshot holds one; a model not cached gets the defaults, and nothing is fetched for
+    the settings (the agent fetches the model itself)."""
+    from birdrl.agents.eval_settings import recorded_settings
+
+    found, where = recorded_settings("vllm:org/absent")
+    assert found is None and "org/absent has no birdrl_eval.json in the hub cache" in where
+    repo = offline_cache / "models--org--trained"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    AgentEvalSettings(schema_budget_chars=600, sample_rows=0).write(snapshot)
+    found, where = recorded_settings("vllm:org/trained")
+    assert found is not None and (found.schema_budget_chars, found.sample_rows) == (600, 0)
+    assert where.startswith(str(snapshot / EVAL_SETTINGS_FILE))

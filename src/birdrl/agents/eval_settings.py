@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.agents.base import GenerationConfig
-from birdrl.agents.models import EMBEDDED_ALIASES, resolve_model
+from birdrl.agents.models import EMBEDDED_ALIASES, is_hub_id, resolve_model
 from birdrl.agents.registry import ModelSettings, agent_kind, token_counter_for
 from birdrl.agents.rollout import RolloutConfig
 from birdrl.env.sqlact import EnvConfig
@@ -27,6 +27,7 @@ from birdrl.env.tools import TOOLS
 from birdrl.env.types import Message
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.semantics import EVAL_SEMANTICS, Semantics
+from birdrl.hub import hub_cache_dir
 
 __all__ = [
     "EVAL_SETTINGS_FILE",
@@ -260,13 +261,23 @@ def read_eval_settings(model_dir: str | Path) -> AgentEvalSettings | None:
 def recorded_settings(spec: str) -> tuple[AgentEvalSettings | None, str]:
     """The settings recorded for agent `spec` (None when there are none) and where they
     are, or where they were looked for: ``birdrl_eval.json`` in the model directory of an
-    ``hf:DIR`` / ``vllm:DIR`` agent (a hub id is resolved through the hub cache, which
-    raises `ModelNotFoundError` when the model is not there)."""
+    ``hf:DIR`` / ``vllm:DIR`` agent; for a hub id, the file in the hub cache (nothing is
+    downloaded for it)."""
     kind = agent_kind(spec)
     target = spec.partition(":")[2]
     if kind not in ("hf", "vllm") or not target or target.strip().lower() in EMBEDDED_ALIASES:
         return None, f"{spec} has no model directory"
-    model_dir = resolve_model(target)
+    if is_hub_id(target) and not Path(target).expanduser().exists():
+        # a hub model: read the file from the cache if it is there, never download for it
+        # (the agent fetches the model itself, with its own errors)
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(target, EVAL_SETTINGS_FILE, cache_dir=hub_cache_dir())
+        if not isinstance(cached, str):
+            return None, f"hub model {target} has no {EVAL_SETTINGS_FILE} in the hub cache"
+        model_dir = Path(cached).parent
+    else:
+        model_dir = resolve_model(target)
     found = read_eval_settings(model_dir)
     if found is None:
         return None, f"{model_dir} has no {EVAL_SETTINGS_FILE}"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
-from birdrl.tasks.load import TaskFormatError, check_task_source, parse_record
+from birdrl.tasks.load import TaskFormatError, check_task_source, file_records, parse_record
 
 __all__ = ["GroundTruthError", "MergeResult", "merge_ground_truth"]
 
@@ -127,25 +127,11 @@ def merge_ground_truth(
 
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, record) of a JSONL file or a JSON list (record number), each an object with
-    an ``instance_id``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TaskFormatError(str(path), None, f"not UTF-8 text: {exc}") from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TaskFormatError(
-                str(path), exc.lineno, f"invalid JSON at column {exc.colno}: {exc.msg}"
-            ) from None
-        if not isinstance(data, list):
-            raise TaskFormatError(str(path), None, "a .json file must hold a list of records")
-        rows: Iterator[tuple[int, Any]] = iter(enumerate(data, start=1))
-    else:
-        rows = _jsonl(path, text)
-    for line, record in rows:
+    """(line, record) of a task-shaped file (`file_records`), each an object with an
+    ``instance_id``; the first malformed line is an error."""
+    for line, record in file_records(path):
+        if isinstance(record, TaskFormatError):
+            raise record
         if not isinstance(record, dict):
             raise TaskFormatError(
                 str(path), line, f"expected a JSON object, got {type(record).__name__}"
@@ -153,18 +139,6 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if record.get(_KEY) in (None, ""):
             raise TaskFormatError(str(path), line, "missing required field", _KEY)
         yield line, record
-
-
-def _jsonl(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            yield number, json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TaskFormatError(
-                str(path), number, f"invalid JSON at column {exc.colno}: {exc.msg}"
-            ) from None
 
 
 def _empty(value: Any) -> bool:

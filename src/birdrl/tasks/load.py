@@ -27,6 +27,7 @@ __all__ = [
     "TaskFormatError",
     "check_task_source",
     "database_candidates",
+    "file_records",
     "find_database",
     "load_tasks",
     "parse_record",
@@ -97,7 +98,7 @@ def load_tasks(source: str | Path, *, skip_invalid: bool = False) -> LoadedTasks
         text = str(source)
         name, _, split = text[3:].partition(":")
         return _collect(_hf_records(name, split), text, skip_invalid)
-    return _collect(_file_records(path), str(path), skip_invalid)
+    return _collect(file_records(path), str(path), skip_invalid)
 
 
 def check_task_source(source: str | Path) -> Path | None:
@@ -138,7 +139,10 @@ def _collect(records: Iterable[tuple[int, Any]], source: str, skip_invalid: bool
     return out
 
 
-def _file_records(path: Path) -> Iterator[tuple[int, Any]]:
+def file_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line, record) of a task-shaped file: JSONL (a malformed line yields its
+    `TaskFormatError` in place of a record, for the caller to raise or skip), a JSON list or
+    parquet (the record's number)."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         yield from enumerate(_parquet_rows(path), start=1)
