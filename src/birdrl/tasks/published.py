@@ -18,7 +18,6 @@ huggingface_hub is imported inside functions only: the core install does not hav
 from __future__ import annotations
 
 import fnmatch
-import json
 import shutil
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -28,7 +27,7 @@ from typing import Any
 
 from birdrl.errors import BirdrlError
 from birdrl.hub import hub_cache_dir, hub_offline
-from birdrl.tasks.load import find_database
+from birdrl.tasks.load import TaskFormatError, file_records, find_database
 
 __all__ = [
     "CATALOG",
@@ -393,17 +392,12 @@ def _unpacked(spec: PublishedSet, folder: Path) -> FetchedSet:
 def _records(path: Path) -> Iterator[Mapping[str, Any]]:
     """The records of a published task file (JSONL, or a JSON list for BIRD's files)."""
     try:
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json":
-            rows = json.loads(text)
-            yield from (r for r in rows if isinstance(r, Mapping))
-            return
-        for line in text.splitlines():
-            if line.strip():
-                record = json.loads(line)
-                if isinstance(record, Mapping):
-                    yield record
-    except (OSError, ValueError) as exc:
+        for _, record in file_records(path):
+            if isinstance(record, TaskFormatError):
+                raise record
+            if isinstance(record, Mapping):
+                yield record
+    except (OSError, TaskFormatError) as exc:
         raise PublishedDataError(f"cannot read the task file {path}: {exc}") from exc
 
 

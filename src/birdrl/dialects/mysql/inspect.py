@@ -365,21 +365,31 @@ def object_creates(cur: Any, db: str) -> Iterator[tuple[str, str, str]]:
     """(kind, name, ``SHOW CREATE`` text) of every object of `db`: tables and views (kind
     ``TABLE`` / ``VIEW``) by name, then triggers, procedures, functions and events, each
     by name. The caller may run other statements on `cur` between items."""
-    cur.execute(
-        "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
-        " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
-        (db,),
-    )
-    for name, kind in cur.fetchall():
-        what = "VIEW" if kind == "VIEW" else "TABLE"
-        cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
-        yield what, str(name), str(cur.fetchone()[1])
+    yield from _relation_creates(cur, db)
     for kind, query in _ROUTINES:
         cur.execute(query + " ORDER BY 1", (db,))
         for (name,) in cur.fetchall():
             cur.execute(f"SHOW CREATE {kind} {quote(db)}.{quote(name)}")
             row = cur.fetchone()
             yield kind, str(name), str(row[2] if kind != "EVENT" else row[3])
+
+
+def _relation_creates(
+    cur: Any, db: str, *, views_last: bool = False
+) -> Iterator[tuple[str, str, str]]:
+    """(``TABLE`` or ``VIEW``, name, ``SHOW CREATE`` text) of every table and view of `db`,
+    by name (`views_last`: tables first, as a prompt shows them). The caller may run other
+    statements on `cur` between items."""
+    order = "TABLE_TYPE = 'VIEW', TABLE_NAME" if views_last else "TABLE_NAME"
+    cur.execute(
+        "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
+        f" WHERE TABLE_SCHEMA = %s ORDER BY {order}",
+        (db,),
+    )
+    for name, kind in cur.fetchall():
+        what = "VIEW" if kind == "VIEW" else "TABLE"
+        cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
+        yield what, str(name), str(cur.fetchone()[1])
 
 
 def fingerprint(conn: Any, db: str) -> str:
@@ -422,15 +432,7 @@ def _describe(dsn: str, db: str, key: str, sample_rows: int) -> str:
 
     blocks: list[str] = []
     with connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES"
-            " WHERE TABLE_SCHEMA = %s ORDER BY TABLE_TYPE = 'VIEW', TABLE_NAME",
-            (db,),
-        )
-        for name, kind in cur.fetchall():
-            what = "VIEW" if kind == "VIEW" else "TABLE"
-            cur.execute(f"SHOW CREATE {what} {quote(db)}.{quote(name)}")
-            text = str(cur.fetchone()[1])
+        for what, name, text in _relation_creates(cur, db, views_last=True):
             if what == "VIEW":  # the definer and the schema name mean nothing to a prompt
                 text = "CREATE VIEW " + quote(name) + text[text.index(" AS ") :]
                 text = text.replace(quote(db) + ".", "")
