@@ -17,7 +17,7 @@ from birdrl.evaluation import EvalConfig
 from birdrl.evaluation.suite import evaluate_suite, scripted_predictions, validate_tasks
 from birdrl.tasks import Category, Task
 from birdrl.tasks.benchmark import open_benchmark
-from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
+from birdrl.tasks.bundled import SHARED_DB_IDS, build_databases
 from birdrl.tasks.bundled.splits import make_splits, tasks_dir
 from birdrl.tasks.overlap import find_overlap, normalize_text
 
@@ -57,7 +57,7 @@ def test_split_shape(splits: dict[str, list[Task]]) -> None:
     for tasks in (train, test):
         # Efficiency is an official PostgreSQL/MySQL label; the bundled SQLite set has none.
         assert {t.category for t in tasks} == set(Category) - {Category.EFFICIENCY}
-        assert {t.db_id for t in tasks} == set(BUNDLED_DB_IDS)
+        assert {t.db_id for t in tasks} == set(SHARED_DB_IDS)
     everything = train + test
     assert len({t.query for t in everything}) == len(everything)
     counts = Counter(t.category for t in everything)
@@ -81,7 +81,7 @@ def test_shipped_easy_split_is_what_the_builder_makes(db_root: Path, tmp_path: P
 
 def test_easy_split_comes_from_the_test_side_only(splits: dict[str, list[Task]]) -> None:
     easy, test, train = splits["test-easy"], splits["test"], splits["train"]
-    assert len(easy) >= 24 and {t.db_id for t in easy} == set(BUNDLED_DB_IDS)
+    assert len(easy) >= 24 and {t.db_id for t in easy} == set(SHARED_DB_IDS)
     assert find_overlap(easy, train) == [] and find_overlap(test, train) == []
     # every reference solution is its source test task's, and each bug is one edit of it
     sources = {t.instance_id: t for t in test}
@@ -96,7 +96,7 @@ def test_easy_split_comes_from_the_test_side_only(splits: dict[str, list[Task]])
 @pytest.mark.parametrize("split", ["train", "test", "test-easy"])
 def test_every_task_is_valid(splits: dict[str, list[Task]], db_root: Path, split: str) -> None:
     tasks = splits[split]
-    databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
+    databases = {db: db_root / db / f"{db}.sqlite" for db in SHARED_DB_IDS}
     results = validate_tasks(tasks, databases, EvalConfig(workers=2))
     invalid = [f"{r.instance_id}: {r.reason}" for r in results if not r.valid]
     assert not invalid, "\n".join(invalid)
@@ -123,7 +123,7 @@ def test_shipped_train_easy_split_is_what_the_builder_makes(
 
 def test_train_easy_split_comes_from_the_train_side_only(splits: dict[str, list[Task]]) -> None:
     easy = splits["train-easy"]
-    assert len(easy) >= 150 and {t.db_id for t in easy} == set(BUNDLED_DB_IDS)
+    assert len(easy) >= 150 and {t.db_id for t in easy} == set(SHARED_DB_IDS)
     assert find_overlap(easy, splits["test"] + splits["test-easy"]) == []
     train_ids = {t.instance_id for t in splits["train"]}
     for task in easy:
@@ -138,7 +138,7 @@ def test_train_easy_split_comes_from_the_train_side_only(splits: dict[str, list[
 @pytest.mark.parametrize("split", ["train", "test", "test-easy", "train-easy"])
 def test_gold_scores_100_and_issue_scores_0(splits, db_root: Path, split: str) -> None:
     tasks = splits[split]
-    databases = {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
+    databases = {db: db_root / db / f"{db}.sqlite" for db in SHARED_DB_IDS}
     config = EvalConfig(workers=2)
     gold = evaluate_suite(tasks, databases, scripted_predictions(tasks, "gold"), config)
     assert gold.summary.overall.rate == 100.0, [r for r in gold.reports if not r.success][:3]

@@ -18,7 +18,11 @@ from birdrl.agents.scripted import ScriptedAgent
 from birdrl.data.explore_split import (
     MUTATIONS,
     PROMPT_SETTINGS,
+    TEST_EXPLORE_SPLIT,
+    TRAIN_EXPLORE_SPLIT,
+    UNSEEN_EXPLORE_SPLIT,
     ExploreSplitError,
+    build_explore_splits,
     check_value_hidden,
     other_passing_values,
     write_explore_splits,
@@ -36,7 +40,12 @@ from birdrl.tasks.benchmark import (
     split_source,
     task_file,
 )
-from birdrl.tasks.bundled import BUNDLED_DB_IDS
+from birdrl.tasks.bundled import (
+    HELD_OUT_DB_IDS,
+    SHARED_DB_IDS,
+    TRAINING_DB_IDS,
+    ensure_databases,
+)
 from birdrl.tasks.bundled.splits import tasks_dir
 from birdrl.tasks.overlap import find_overlap
 
@@ -44,16 +53,28 @@ LITERAL = re.compile(r"'((?:[^']|'')*)'")
 
 
 @pytest.fixture(scope="module")
-def splits() -> dict[str, list[Task]]:
+def splits() -> dict[str, list]:
     return {
-        split: open_benchmark(f"bundled:{split}").debugging_tasks()
-        for split in ("train", "test", "test-easy", "train-easy", "test-explore", "train-explore")
+        split: list(open_benchmark(f"bundled:{split}").tasks)
+        for split in (
+            "train",
+            "test",
+            "test-easy",
+            "train-easy",
+            "test-explore",
+            "train-explore",
+            "test-explore-unseen",
+            "text2sql-train",
+        )
     }
+
+
+EXPLORE = ("test-explore", "train-explore", "test-explore-unseen")
 
 
 @pytest.fixture(scope="module")
 def databases() -> dict[str, Path]:
-    return dict(open_benchmark("bundled:test-explore").databases)
+    return ensure_databases()
 
 
 def _value(task: Task) -> str:
@@ -68,26 +89,41 @@ def _shows(text: str, value: str) -> bool:
 
 
 def test_the_splits_are_registered() -> None:
-    assert {"test-explore", "train-explore"} <= set(BUNDLED_SPLITS)
+    assert set(EXPLORE) <= set(BUNDLED_SPLITS)
+    assert (TEST_EXPLORE_SPLIT, TRAIN_EXPLORE_SPLIT, UNSEEN_EXPLORE_SPLIT) == EXPLORE
 
 
 def test_shipped_explore_splits_are_what_the_builder_makes(tmp_path: Path) -> None:
-    test, train = write_explore_splits(tmp_path / "test.jsonl", tmp_path / "train.jsonl")
-    for built, name in ((test, "test-explore"), (train, "train-explore")):
+    written, built = write_explore_splits(tmp_path)
+    assert set(written) == set(EXPLORE)
+    for name, path in written.items():
         shipped = (tasks_dir() / f"{name}.jsonl").read_text(encoding="utf-8")
-        assert shipped == built.read_text(encoding="utf-8"), (
+        assert shipped == path.read_text(encoding="utf-8"), (
             f"{name}.jsonl is stale: run python -m birdrl.data.explore_split"
         )
+    # every picked task's reference was tried with every other value of its column
+    assert built.alternatives_checked >= len(built.test) + len(built.train) + len(built.unseen)
+    assert built.weak_refused > 0  # the databases do hold weak candidates: they were refused
 
 
-@pytest.mark.parametrize(("split", "least"), [("test-explore", 32), ("train-explore", 64)])
-def test_split_size_spread_and_shape(splits: dict[str, list[Task]], split: str, least: int):
+@pytest.mark.parametrize(
+    ("split", "least", "db_ids"),
+    [
+        ("test-explore", 32, SHARED_DB_IDS),
+        ("train-explore", 64, SHARED_DB_IDS + TRAINING_DB_IDS),
+        ("test-explore-unseen", 32, HELD_OUT_DB_IDS),
+    ],
+)
+def test_split_size_spread_and_shape(
+    splits: dict[str, list[Task]], split: str, least: int, db_ids: tuple[str, ...]
+) -> None:
     tasks = splits[split]
     assert len(tasks) >= least
-    assert {t.db_id for t in tasks} == set(BUNDLED_DB_IDS)
+    assert {t.db_id for t in tasks} == set(db_ids)
     mutations = Counter(t.extra["mutation"] for t in tasks)
-    assert set(mutations) == set(MUTATIONS), mutations
-    assert max(mutations.values()) <= len(tasks) // 2, mutations
+    assert len(mutations) >= 3 and set(mutations) <= set(MUTATIONS), mutations
+    # a case change applies to almost every value: it may not take over a split
+    assert max(mutations.values()) <= len(tasks) * 2 // 3, mutations
     for task in tasks:
         assert task.extra["bug_family"] == "explore"
         look = task.extra["explore_sql"]
@@ -99,7 +135,7 @@ def test_split_size_spread_and_shape(splits: dict[str, list[Task]], split: str, 
         assert wrong in task.query and not _shows(task.query, _value(task)), task.instance_id
 
 
-@pytest.mark.parametrize("split", ["test-explore", "train-explore"])
+@pytest.mark.parametrize("split", EXPLORE)
 def test_gold_scores_100_and_issue_scores_0(
     splits: dict[str, list[Task]], databases: dict[str, Path], split: str
 ) -> None:
@@ -111,7 +147,7 @@ def test_gold_scores_100_and_issue_scores_0(
     assert issue.summary.overall.rate == 0.0
 
 
-@pytest.mark.parametrize("split", ["test-explore", "train-explore"])
+@pytest.mark.parametrize("split", EXPLORE)
 def test_the_look_shows_the_value_and_the_column_lacks_the_wrong_one(
     splits: dict[str, list[Task]], databases: dict[str, Path], split: str
 ) -> None:
@@ -128,7 +164,7 @@ def test_the_look_shows_the_value_and_the_column_lacks_the_wrong_one(
         assert wrong not in stored, task.instance_id
 
 
-@pytest.mark.parametrize("split", ["test-explore", "train-explore"])
+@pytest.mark.parametrize("split", EXPLORE)
 def test_the_value_is_not_in_the_prompt(
     splits: dict[str, list[Task]], databases: dict[str, Path], split: str
 ) -> None:
@@ -159,13 +195,34 @@ def test_a_value_the_prompt_shows_is_refused(databases: dict[str, Path]) -> None
 def test_no_text_is_shared_across_sides(splits: dict[str, list[Task]]) -> None:
     train_side = splits["train"] + splits["train-easy"] + splits["train-explore"]
     test_side = splits["test"] + splits["test-easy"] + splits["test-explore"]
+    test_side += splits["test-explore-unseen"]
     assert find_overlap(splits["test-explore"], train_side) == []
+    assert find_overlap(splits["test-explore-unseen"], train_side) == []
     assert find_overlap(splits["train-explore"], test_side) == []
-    columns = {
-        side: {t.extra["column"] for t in splits[side]}
-        for side in ("test-explore", "train-explore")
-    }
+    columns = {side: {t.extra["column"] for t in splits[side]} for side in EXPLORE}
     assert columns["test-explore"].isdisjoint(columns["train-explore"])
+
+
+def test_the_unseen_database_is_in_no_training_split(splits: dict[str, list[Task]]) -> None:
+    unseen = {t.db_id for t in splits["test-explore-unseen"]}
+    assert unseen == set(HELD_OUT_DB_IDS) and unseen.isdisjoint(SHARED_DB_IDS)
+    for split in ("train", "train-easy", "train-explore", "text2sql-train"):
+        assert unseen.isdisjoint(t.db_id for t in splits[split]), split
+    # and the training-only database gives no held-out task
+    for split in ("test", "test-easy", "test-explore", "test-explore-unseen"):
+        assert set(TRAINING_DB_IDS).isdisjoint(t.db_id for t in splits[split]), split
+
+
+def test_no_training_task_needs_the_first_listed_value(
+    splits: dict[str, list[Task]], databases: dict[str, Path]
+) -> None:
+    for task in splits["train-explore"]:
+        conn = sqlite3.connect(f"file:{databases[task.db_id]}?mode=ro", uri=True)
+        try:
+            first = next(iter(conn.execute(task.extra["explore_sql"])))[0]
+        finally:
+            conn.close()
+        assert first != _value(task), task.instance_id
 
 
 def test_joined_sources_open_as_one_set(splits: dict[str, list[Task]]) -> None:
@@ -173,7 +230,7 @@ def test_joined_sources_open_as_one_set(splits: dict[str, list[Task]]) -> None:
     assert [t.instance_id for t in joined.debugging_tasks()] == [
         t.instance_id for t in splits["train-easy"] + splits["train-explore"]
     ]
-    assert set(joined.databases) == set(BUNDLED_DB_IDS)
+    assert set(joined.databases) == set(SHARED_DB_IDS + TRAINING_DB_IDS)
     loaded = load_source_tasks("bundled:test-explore+bundled:test")
     assert len(loaded) == len(splits["test-explore"]) + len(splits["test"])
     assert split_source("bundled:test") == ["bundled:test"]
@@ -254,19 +311,51 @@ def test_probe_episodes_make_stage2_rows_with_a_look(
     assert looks == [True] * (len(tasks) - 2) + [False, False]
 
 
-def test_hidden_tests_another_value_passes_are_counted() -> None:
-    """A known weakness, measured (docs/benchmark.md#the-explore-splits): validation does not
-    require that only the stored value passes. In 18 of the 51 held-out tasks another value
-    of the column gives the reference's rows, so copying a wrong value from the look scores
-    there (31 of the 83 training tasks, not checked here: thousands of values to try). A builder that closes this must change these
-    counts and the docs that cite them."""
-    bench = open_benchmark("bundled:test-explore")
-    found = {
-        t.instance_id: other_passing_values(t, bench.databases[t.db_id])
-        for t in bench.debugging_tasks()
+@pytest.mark.parametrize("split", EXPLORE)
+def test_every_shipped_explore_task_is_strict(
+    splits: dict[str, list[Task]], databases: dict[str, Path], split: str
+) -> None:
+    """Substituting any other stored value of the column into the reference fails the
+    task's hidden test: a submission that copies the wrong value from the look scores 0."""
+    weak = {
+        t.instance_id: found
+        for t in splits[split]
+        if (found := other_passing_values(t, databases[t.db_id]))
     }
-    weak = {k: v for k, v in found.items() if v}
-    assert len(weak) == 18, sorted(weak)
-    # one genre each: any other genre counts 1 too; Lethbridge's count is its own
-    assert "Classical" in weak["explore_chinook_008"]
-    assert "explore_chinook_002" not in weak
+    assert weak == {}
+
+
+def test_a_weak_task_is_found_and_refused(databases: dict[str, Path], tmp_path: Path) -> None:
+    # one row per genre: COUNT(*) over any other genre is 1 too, so every genre passes
+    weak = Task(
+        instance_id="weak",
+        db_id="chinook",
+        query="How many genres are there whose Name is rock? My query returns 0.",
+        issue_sql=("SELECT COUNT(*) FROM Genre WHERE Name = 'rock'",),
+        sol_sql=("SELECT COUNT(*) FROM Genre WHERE Name = 'Rock'",),
+        extra={"column": "chinook.Genre.Name"},
+    )
+    others = other_passing_values(weak, databases["chinook"])
+    assert len(others) >= 20 and "Rock" not in others and "Jazz" in others
+    # the ids it lists tell the genres apart
+    strict = replace(weak, sol_sql=("SELECT GenreId FROM Genre WHERE Name = 'Rock'",))
+    assert other_passing_values(strict, databases["chinook"]) == []
+    # the builder refuses every weak candidate: a database whose columns hold each value
+    # once, with no key to list, gives no task at all
+    with pytest.raises(ExploreSplitError, match="test-explore-unseen has 0 tasks"):
+        build_explore_splits({}, held_out_databases={"weak": _one_row_each(tmp_path / "w.db")})
+
+
+def _one_row_each(path: Path) -> Path:
+    """A database whose categorical column holds each value once, beside a constant."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE kinds (kind TEXT, w REAL)")
+        conn.executemany(
+            "INSERT INTO kinds (kind, w) VALUES (?, 1.0)",
+            [(k,) for k in ("Alpha", "Beta", "Gamma", "Delta", "Epsilon", "Zeta", "Eta")],
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    return path

@@ -26,7 +26,7 @@ from birdrl.dialects.mysql.load import LoadError, load_sqlite_database, schema_s
 from birdrl.dialects.mysql.local import LocalMariaDB
 from birdrl.dialects.mysql.prepare import prepare_benchmark
 from birdrl.tasks.benchmark import open_benchmark
-from birdrl.tasks.bundled import BUNDLED_DB_IDS, ensure_databases
+from birdrl.tasks.bundled import BUNDLED_DB_IDS, SHARED_DB_IDS, ensure_databases
 
 pymysql = pytest.importorskip("pymysql")
 
@@ -343,12 +343,12 @@ def test_bundled_test_tasks_return_the_sqlite_rows_on_mariadb(mariadb: LocalMari
     every solution made of INSERT/UPDATE/DELETE runs. A second prepare reuses the loads."""
     bench = open_benchmark("bundled:test")
     source = {t.instance_id: t for t in bench.debugging_tasks()}
-    names = [f"t_tr_{db_id}" for db_id in BUNDLED_DB_IDS]
+    names = [f"t_tr_{db_id}" for db_id in SHARED_DB_IDS]
     try:
         prepared = prepare_benchmark(mariadb.dsn, bench, template_prefix="t_tr")
         assert prepared.carried_over and len(prepared.tasks) == 45, prepared.dropped
         assert set(prepared.dropped) == {"chinook_020", "hr_017", "hr_028"}
-        assert prepared.databases == {db_id: f"t_tr_{db_id}" for db_id in BUNDLED_DB_IDS}
+        assert prepared.databases == {db_id: f"t_tr_{db_id}" for db_id in SHARED_DB_IDS}
         problems, queries, writes = {}, 0, 0
         for task in prepared.tasks:
             before = source[task.instance_id]

@@ -15,7 +15,7 @@ from birdrl.env.prompts import SYSTEM_TEXT2SQL, build_text2sql_messages
 from birdrl.evaluation import EvalConfig, open_evaluator
 from birdrl.tasks import TextToSQLTask
 from birdrl.tasks.benchmark import BenchmarkSpecError, open_benchmark
-from birdrl.tasks.bundled import BUNDLED_DB_IDS, build_databases
+from birdrl.tasks.bundled import SHARED_DB_IDS, build_databases
 from birdrl.tasks.bundled.text2sql_splits import make_text2sql_splits, text2sql_dir
 from birdrl.tasks.load import load_tasks
 
@@ -31,7 +31,7 @@ def db_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def databases(db_root: Path) -> dict[str, Path]:
-    return {db: db_root / db / f"{db}.sqlite" for db in BUNDLED_DB_IDS}
+    return {db: db_root / db / f"{db}.sqlite" for db in SHARED_DB_IDS}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def splits(db_root: Path) -> dict[str, list[TextToSQLTask]]:
     for split in ("train", "test"):
         bench = open_benchmark(f"bundled:text2sql-{split}", db_root)
         assert not bench.tasks.skipped
-        assert set(bench.databases) == set(BUNDLED_DB_IDS)
+        assert set(bench.databases) == set(SHARED_DB_IDS)
         out[split] = bench.text_to_sql_tasks()
     return out
 
@@ -67,7 +67,7 @@ def test_source_records(source: list[TextToSQLTask]) -> None:
     assert len(set(ids)) == len(ids)
     assert len({t.question for t in source}) == len(source)
     counts = Counter(t.db_id for t in source)
-    assert set(counts) == set(BUNDLED_DB_IDS) and min(counts.values()) >= 10, counts
+    assert set(counts) == set(SHARED_DB_IDS) and min(counts.values()) >= 10, counts
     for task in source:
         assert task.question_id.startswith(f"t2s_{task.db_id}_"), task.question_id
         assert task.difficulty in DIFFICULTIES, task.question_id
@@ -85,7 +85,7 @@ def test_split_shape(source: list[TextToSQLTask], splits: dict[str, list[TextToS
     by_id = {t.question_id: t for t in source}
     assert all(by_id[t.question_id] == t for t in train + test)
     for tasks in (train, test):
-        assert {t.db_id for t in tasks} == set(BUNDLED_DB_IDS)
+        assert {t.db_id for t in tasks} == set(SHARED_DB_IDS)
 
 
 def test_every_gold_query_returns_rows(

@@ -75,7 +75,7 @@ def build_command(
     tasks: Annotated[
         str,
         typer.Option(
-            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B)."
+            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore, test-explore-unseen), or A+B)."
         ),
     ] = "bundled:train",
     db_root: DbRootOption = None,
@@ -139,7 +139,7 @@ def export_verl_command(
     tasks: Annotated[
         str,
         typer.Option(
-            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B)."
+            help="Task source (file, hf:..., bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore, test-explore-unseen), or A+B)."
         ),
     ] = "bundled:train",
     split: Annotated[str, typer.Option(help="Split name recorded in extra_info.")] = "train",

@@ -71,7 +71,7 @@ TasksOption = Annotated[
         "--tasks",
         help=(
             "Task file (.jsonl/.json/.parquet), hf:NAME[:SPLIT], bundled:SPLIT (train, "
-            "test, train-easy, test-easy, train-explore, test-explore), or A+B."
+            "test, train-easy, test-easy, train-explore, test-explore, test-explore-unseen), or A+B."
         ),
     ),
 ]

@@ -48,7 +48,7 @@ tasks_app = typer.Typer(
 @tasks_app.command("validate")
 def validate_command(
     source: str = typer.Argument(
-        help="Task file, hf:NAME[:SPLIT], bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore), or A+B."
+        help="Task file, hf:NAME[:SPLIT], bundled:SPLIT (train, test, train-easy, test-easy, train-explore, test-explore, test-explore-unseen), or A+B."
     ),
     db_root: DbRootOption = None,
     workers: WorkersOption = None,

@@ -36,12 +36,18 @@ import random
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote
 
 from birdrl.data.easy_split import write_task_file
+from birdrl.dialects.sqlite.helpers import (
+    preprocess_results,
+    remove_comments,
+    remove_distinct,
+    remove_round,
+)
 from birdrl.env.prompts import build_messages
 from birdrl.errors import BirdrlError
 from birdrl.evaluation.evaluator import EvalConfig
@@ -56,6 +62,7 @@ __all__ = [
     "SEED",
     "TEST_EXPLORE_SPLIT",
     "TRAIN_EXPLORE_SPLIT",
+    "UNSEEN_EXPLORE_SPLIT",
     "ExploreSplitError",
     "ExploreSplits",
     "build_explore_splits",
@@ -66,6 +73,7 @@ __all__ = [
 
 TEST_EXPLORE_SPLIT = "test-explore"
 TRAIN_EXPLORE_SPLIT = "train-explore"
+UNSEEN_EXPLORE_SPLIT = "test-explore-unseen"
 SEED = 0
 MUTATIONS = ("case", "spelling", "code", "date_format")
 """How the buggy literal differs from the stored value."""
@@ -84,7 +92,8 @@ _MAX_VALUE_CHARS = 40  # observations cut cells at 60 characters
 _PER_COLUMN = {"test": 3, "train": 6}
 _PER_PLAIN_COLUMN = {"test": 2, "train": 3}
 """Tasks per column: a column that gives one kind of mutation only (most give only a case
-or a date format) gives fewer, so that no kind dominates a split."""
+or a date format) gives fewer, so that no kind dominates a split. The unseen-database split
+takes the train side's counts: its one database has few columns."""
 _DATE_COLUMNS_PER_DB = 3  # date columns are many and all alike
 _SKIP_COLUMNS = re.compile(
     r"(^|_)(first|last)_?name$|^(first|last)name$|e?mail|phone|fax|address|postal|notes|dose"
@@ -172,10 +181,17 @@ class _Candidate:
 
 @dataclass(frozen=True)
 class ExploreSplits:
-    """Both explore splits, built together."""
+    """The explore splits, built together."""
 
     train: list[Task]
     test: list[Task]
+    unseen: list[Task]
+    """Held out on databases no training split uses."""
+    alternatives_checked: int
+    """Other stored values tried in the picked candidates' references (each failed; a
+    candidate that a validation then drops still counts)."""
+    weak_refused: int
+    """Candidates refused because another value of the column (or none) passed too."""
 
 
 def _quote(name: str) -> str:
@@ -391,29 +407,89 @@ def check_value_hidden(tasks: Iterable[Task], databases: Mapping[str, Path]) -> 
         raise ExploreSplitError("the needed value shows in the prompt: " + "; ".join(shown))
 
 
+def _judged_rows(conn: sqlite3.Connection, sql: str, ordered: bool) -> object:
+    """The result of `sql` as the official default test compares it (comments, DISTINCT and
+    ROUND removed, values normalised, rows as a set unless ordered); None for no rows, which
+    that test fails whatever the other side returns."""
+    (sql,) = remove_round(remove_distinct(remove_comments([sql])))
+    rows = preprocess_results(conn.execute(sql).fetchall())
+    if not rows:
+        return None
+    return rows if ordered else frozenset(rows)
+
+
+def _stored_values(conn: sqlite3.Connection, table: str, column: str) -> list[str]:
+    return [
+        str(v)
+        for (v,) in conn.execute(
+            f"SELECT DISTINCT CAST({_quote(column)} AS TEXT) FROM {_quote(table)} "
+            f"WHERE {_quote(column)} IS NOT NULL ORDER BY 1"
+        )
+    ]
+
+
 def other_passing_values(task: Task, db_path: Path) -> list[str]:
     """The values of the task's column, other than the stored one its fix needs, with which
-    the reference fix returns the same rows: a submission that copies one of them from the
-    look is scored a success. Empty when the hidden test tells the right value from every
-    other (validation does not yet require it: docs/benchmark.md#the-explore-splits)."""
+    the reference fix passes the task's hidden test (the official default test: results
+    compared as sets after ROUND and DISTINCT are removed): a submission that copies one of
+    them from the look would be scored a success. Empty for a strict task; the builder
+    ships only those (`ExploreSplits.alternatives_checked`)."""
+    if task.test_cases:
+        raise ExploreSplitError(f"{task.instance_id}: explore tasks are judged by the default test")
     _, table, column = str(task.extra["column"]).split(".")
     value, fix = _stored_value(task), task.sol_sql[0]
     target = _literal(value)
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    ordered = bool((task.conditions or {}).get("order", False))
+    con = sqlite3.connect(f"file:{quote(str(db_path))}?mode=ro", uri=True)
     try:
-        gold = con.execute(fix).fetchall()
-        rows = con.execute(
-            f"SELECT DISTINCT CAST({_quote(column)} AS TEXT) FROM {_quote(table)} "
-            f"WHERE {_quote(column)} IS NOT NULL"
-        ).fetchall()
+        gold = _judged_rows(con, fix, ordered)
         return [
             other
-            for (other,) in rows
+            for other in _stored_values(con, table, column)
             if other != value
-            and con.execute(fix.replace(target, _literal(other))).fetchall() == gold
+            and _judged_rows(con, fix.replace(target, _literal(other)), ordered) == gold
         ]
     finally:
         con.close()
+
+
+class _Strictness:
+    """Which candidates only their own value passes: per (column, template), every stored
+    value's judged result is computed once; a value whose result another value shares (or
+    that returns no rows) makes a weak task."""
+
+    def __init__(self, databases: Mapping[str, Path]) -> None:
+        self._databases = databases
+        self._results: dict[tuple[str, str], dict[str, object]] = {}
+        self.checked = 0
+        """Other stored values tried in the references of the candidates kept (each failed)."""
+        self.refused = 0
+        """Candidates refused because another value (or none) passes too."""
+
+    def strict(self, candidate: _Candidate) -> bool:
+        results = self._by_value(candidate)
+        mine = results[candidate.value]
+        ok = mine is not None and sum(r == mine for r in results.values()) == 1
+        if ok:
+            self.checked += len(results) - 1
+        else:
+            self.refused += 1
+        return ok
+
+    def _by_value(self, candidate: _Candidate) -> dict[str, object]:
+        col = candidate.column
+        key = (col.name, candidate.template)
+        if key not in self._results:
+            path = self._databases[col.db_id]
+            con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+            try:
+                self._results[key] = {
+                    v: _judged_rows(con, str(_sql(candidate, v)), ordered=False)
+                    for v in _stored_values(con, col.table, col.column)
+                }
+            finally:
+                con.close()
+        return self._results[key]
 
 
 def _visible(candidate: _Candidate, databases: Mapping[str, Path]) -> bool:
@@ -425,9 +501,15 @@ def _visible(candidate: _Candidate, databases: Mapping[str, Path]) -> bool:
     return False
 
 
-def _pick(candidates: Sequence[_Candidate], limit: int, rng: random.Random) -> list[_Candidate]:
-    """Up to `limit` candidates of one column: mutations in turn, values and templates
-    spread (a value and a template are reused only when nothing else is left)."""
+def _pick(
+    candidates: Sequence[_Candidate],
+    limit: int,
+    rng: random.Random,
+    keep: Callable[[_Candidate], bool],
+) -> list[_Candidate]:
+    """Up to `limit` candidates of one column that `keep` accepts: mutations in turn, values
+    and templates spread (a value and a template are reused only when nothing else is
+    left)."""
     pool = list(candidates)
     rng.shuffle(pool)
     by_mutation: dict[str, list[_Candidate]] = {}
@@ -445,51 +527,111 @@ def _pick(candidates: Sequence[_Candidate], limit: int, rng: random.Random) -> l
                 by_mutation[m], key=lambda c: (used_values[c.value], used_templates[c.template])
             )
             by_mutation[m].remove(best)
+            if not keep(best):
+                continue
             picked.append(best)
             used_values[best.value] += 1
             used_templates[best.template] += 1
     return picked
 
 
+def _usable(databases: Mapping[str, Path], all_databases: Mapping[str, Path]) -> dict[str, list]:
+    """Column name -> the candidates of its values that no prompt shows."""
+    usable = {}
+    for db_id in sorted(databases):
+        for column in _columns(db_id, databases[db_id]):
+            found = [c for c in _candidates(column) if not _visible(c, all_databases)]
+            if found:
+                usable[column.name] = found
+    return usable
+
+
+def _not_first_listed(candidate: _Candidate) -> bool:
+    """Training tasks never need the first value the look lists: copying it must not pay."""
+    return candidate.value != candidate.column.shown[0]
+
+
 def build_explore_splits(
     databases: Mapping[str, Path],
     *,
+    held_out_databases: Mapping[str, Path] | None = None,
+    training_databases: Mapping[str, Path] | None = None,
     train_side: Sequence[Task] = (),
     test_side: Sequence[Task] = (),
     seed: int = SEED,
     eval_config: EvalConfig | None = None,
 ) -> ExploreSplits:
-    """Both explore splits from the databases (db_id -> SQLite file). `train_side` and
-    `test_side` are the other bundled splits of each side: a test-explore task may share no
-    text with `train_side`, a train-explore task none with `test_side` or test-explore;
-    raises `ExploreSplitError` when a built task breaks that, shows its value in a prompt,
-    or when a side ends with too few tasks."""
+    """The explore splits from the databases (db_id -> SQLite file): the columns of
+    `databases` are dealt to test-explore and train-explore, every column of
+    `training_databases` goes to train-explore and every column of `held_out_databases` to
+    the unseen-database split. `train_side` and `test_side` are the other bundled splits of
+    each side: a held-out task may share no text with `train_side` or train-explore, a
+    train-explore task none with `test_side` or the held-out splits. Every task is strict
+    (no other stored value of its column passes its hidden test: each is checked, and a
+    candidate that another value passes is never picked), and a training task never needs
+    the first value its look lists. Raises `ExploreSplitError` when a built task breaks a
+    rule, shows its value in a prompt, or when a split ends with too few tasks."""
+    held_out, training = dict(held_out_databases or {}), dict(training_databases or {})
+    everything = {**databases, **held_out, **training}
+    if len(everything) != len(databases) + len(held_out) + len(training):
+        raise ExploreSplitError("a database is given for more than one side")
     rng = random.Random(seed)
-    columns = [
-        column for db_id in sorted(databases) for column in _columns(db_id, databases[db_id])
-    ]
-    usable = {}
-    for column in columns:
-        found = [c for c in _candidates(column) if not _visible(c, databases)]
-        if found:
-            usable[column.name] = found
-    sides: dict[str, list[Task]] = {"test": [], "train": []}
-    for name, side in _assign(usable, rng):
-        kinds = {c.mutation for c in usable[name]}
-        limit = (_PER_COLUMN if len(kinds) > 1 else _PER_PLAIN_COLUMN)[side]
-        for candidate in _pick(usable[name], limit, rng):
-            sides[side].append(_task(candidate, f"{side}:{len(sides[side])}", rng))
-    test = _number(_valid(sides["test"], databases, eval_config), "explore")
-    train = _number(_valid(sides["train"], databases, eval_config), "train_explore")
-    check_value_hidden([*test, *train], databases)
-    refuse_overlap(test, train_side, "test-explore", "the training splits", ExploreSplitError)
+    strictness = _Strictness(everything)
+
+    def train_keep(c: _Candidate) -> bool:
+        return _not_first_listed(c) and strictness.strict(c)
+
+    sides: dict[str, list[Task]] = {"test": [], "train": [], "unseen": []}
+
+    def deal(usable: Mapping[str, Sequence[_Candidate]], assigned: list[tuple[str, str]]) -> None:
+        for name, side in assigned:
+            kinds = {c.mutation for c in usable[name]}
+            limit = (_PER_COLUMN if len(kinds) > 1 else _PER_PLAIN_COLUMN)[
+                "test" if side == "test" else "train"
+            ]
+            keep = train_keep if side == "train" else strictness.strict
+            for candidate in _pick(usable[name], limit, rng, keep):
+                sides[side].append(_task(candidate, f"{side}:{len(sides[side])}", rng))
+
+    shared = _usable(databases, everything)
+    deal(shared, _assign(shared, rng))
+    for group, side in ((training, "train"), (held_out, "unseen")):
+        usable = _usable(group, everything)
+        deal(usable, [(name, side) for name, _ in _assign(usable, rng)])
+    test = _number(_valid(sides["test"], everything, eval_config), "explore")
+    train = _number(_valid(sides["train"], everything, eval_config), "train_explore")
+    unseen = _number(_valid(sides["unseen"], everything, eval_config), "explore_unseen")
+    check_value_hidden([*test, *train, *unseen], everything)
     refuse_overlap(
-        train, [*test_side, *test], "train-explore", "the held-out splits", ExploreSplitError
+        [*test, *unseen],
+        train_side,
+        "the held-out explore splits",
+        "the training splits",
+        ExploreSplitError,
     )
-    for name, tasks, least in (("test-explore", test, 32), ("train-explore", train, 64)):
-        if len(tasks) < least:
-            raise ExploreSplitError(f"{name} has {len(tasks)} tasks; at least {least} needed")
-    return ExploreSplits(train=train, test=test)
+    refuse_overlap(
+        train,
+        [*test_side, *test, *unseen],
+        "train-explore",
+        "the held-out splits",
+        ExploreSplitError,
+    )
+    least = [(TEST_EXPLORE_SPLIT, test, 32), (TRAIN_EXPLORE_SPLIT, train, 64)]
+    least += [(UNSEEN_EXPLORE_SPLIT, unseen, 32)] if held_out else []
+    short = [
+        f"{name} has {len(tasks)} tasks; at least {n} needed"
+        for name, tasks, n in least
+        if len(tasks) < n
+    ]
+    if short:
+        raise ExploreSplitError("; ".join(short))
+    return ExploreSplits(
+        train=train,
+        test=test,
+        unseen=unseen,
+        alternatives_checked=strictness.checked,
+        weak_refused=strictness.refused,
+    )
 
 
 def _assign(
@@ -526,6 +668,8 @@ def _valid(
 ) -> list[Task]:
     """The tasks whose reference passes and whose buggy SQL fails, each on a fresh database;
     raises when an evaluation itself failed (no verdict is not a rejection)."""
+    if not tasks:
+        return []
     used = {t.db_id: databases[t.db_id] for t in tasks}
     results = validate_tasks(tasks, used, config or EvalConfig(workers=2))
     failed = [f"{r.instance_id}: {r.reason}" for r in results if r.verdict == "evaluation_failed"]
@@ -545,11 +689,21 @@ def _number(tasks: list[Task], prefix: str) -> list[Task]:
 
 
 def write_explore_splits(
-    test_path: Path | None = None, train_path: Path | None = None, db_root: Path | None = None
-) -> tuple[Path, Path]:
-    """Build both splits from the bundled databases (under `db_root`, default: the per-user
-    cache), checked against the other bundled splits of each side, and write them (JSONL in
-    the official format; default: the shipped files); returns (test path, train path)."""
+    out_dir: Path | None = None, db_root: Path | None = None
+) -> tuple[dict[str, Path], ExploreSplits]:
+    """Build the explore splits from the bundled databases (under `db_root`, default: the
+    per-user cache): the shared ones dealt by column, `TRAINING_DB_IDS` to train-explore
+    only, `HELD_OUT_DB_IDS` to the unseen-database split only; checked against the other
+    bundled splits of each side, and write them as ``{split}.jsonl`` (the official format)
+    into `out_dir` (default: the shipped task directory). Returns {split: path} and the
+    splits (with the strictness counts)."""
+    from birdrl.tasks.bundled import (
+        HELD_OUT_DB_IDS,
+        TRAINING_DB_IDS,
+        build_databases,
+        default_db_root,
+    )
+
     test_side = [
         *open_benchmark("bundled:test", db_root).debugging_tasks(),
         *open_benchmark("bundled:test-easy", db_root).debugging_tasks(),
@@ -559,16 +713,32 @@ def write_explore_splits(
         *train.debugging_tasks(),
         *open_benchmark("bundled:train-easy", db_root).debugging_tasks(),
     ]
-    splits = build_explore_splits(train.databases, train_side=train_side, test_side=test_side)
-    tasks_dir = bundled_task_file("test").parent
-    test_target = test_path or tasks_dir / f"{TEST_EXPLORE_SPLIT}.jsonl"
-    train_target = train_path or tasks_dir / f"{TRAIN_EXPLORE_SPLIT}.jsonl"
-    return (
-        write_task_file(splits.test, test_target),
-        write_task_file(splits.train, train_target),
+    root = default_db_root() if db_root is None else db_root
+    splits = build_explore_splits(
+        train.databases,
+        held_out_databases=build_databases(root, db_ids=HELD_OUT_DB_IDS),
+        training_databases=build_databases(root, db_ids=TRAINING_DB_IDS),
+        train_side=train_side,
+        test_side=test_side,
     )
+    target = out_dir or bundled_task_file("test").parent
+    written = {
+        name: write_task_file(tasks, target / f"{name}.jsonl")
+        for name, tasks in (
+            (TEST_EXPLORE_SPLIT, splits.test),
+            (TRAIN_EXPLORE_SPLIT, splits.train),
+            (UNSEEN_EXPLORE_SPLIT, splits.unseen),
+        )
+    }
+    return written, splits
 
 
 if __name__ == "__main__":
-    for path in write_explore_splits():
-        print(path)
+    paths, built = write_explore_splits()
+    for split, path in paths.items():
+        print(f"{split}: {sum(1 for _ in path.open())} tasks -> {path}")
+    print(
+        f"strict: {built.alternatives_checked} other stored values tried in the picked "
+        f"tasks' references, every one failed; {built.weak_refused} candidates refused "
+        "because another value passed too"
+    )

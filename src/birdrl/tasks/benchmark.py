@@ -35,11 +35,20 @@ __all__ = [
     "task_file",
 ]
 
-BUNDLED_SPLITS = ("train", "test", "test-easy", "train-easy", "test-explore", "train-explore")
+BUNDLED_SPLITS = (
+    "train",
+    "test",
+    "test-easy",
+    "train-easy",
+    "test-explore",
+    "train-explore",
+    "test-explore-unseen",
+)
 """The bundled SQL-debugging splits (``tasks/{split}.jsonl``); ``test-easy`` and
 ``train-easy`` are single-edit bugs synthesized from the test and the train side
-(`birdrl.data.easy_split`); ``test-explore`` and ``train-explore`` bugs whose fix needs a
-value that only a look at the data shows (`birdrl.data.explore_split`)."""
+(`birdrl.data.easy_split`); ``test-explore``, ``train-explore`` and
+``test-explore-unseen`` bugs whose fix needs a value that only a look at the data shows
+(`birdrl.data.explore_split`), the last on a database no training split uses."""
 JOIN = "+"
 """Joins task sources into one set: ``bundled:train-easy+bundled:train-explore``."""
 BUNDLED_TEXT2SQL_SPLITS = ("text2sql-train", "text2sql-test")

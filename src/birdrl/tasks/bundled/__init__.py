@@ -1,7 +1,9 @@
 """The bundled SQL-debugging benchmark's databases: built offline, deterministically.
 
-Six SQLite databases of different domains (`BUNDLED_DB_IDS`): the real Chinook music
-store (data shipped in `data/`) and five synthetic ones generated from a fixed seed.
+Eight SQLite databases of different domains (`BUNDLED_DB_IDS`): the real Chinook music
+store (data shipped in `data/`) and seven synthetic ones generated from a fixed seed. Six
+are used by both sides of every split (`SHARED_DB_IDS`); `hardware` only by training tasks
+(`TRAINING_DB_IDS`) and `freight` only by held-out ones (`HELD_OUT_DB_IDS`).
 Schemas are SQL text in `schema/`, generators one module each in `dbs/`.
 
     from birdrl.tasks.bundled import ensure_databases
@@ -22,6 +24,9 @@ from birdrl.tasks.bundled.build import (
 )
 from birdrl.tasks.bundled.catalog import (
     BUNDLED_DB_IDS,
+    HELD_OUT_DB_IDS,
+    SHARED_DB_IDS,
+    TRAINING_DB_IDS,
     BundledDatabase,
     UnknownDatabaseError,
     bundled_database,
@@ -29,6 +34,9 @@ from birdrl.tasks.bundled.catalog import (
 
 __all__ = [
     "BUNDLED_DB_IDS",
+    "HELD_OUT_DB_IDS",
+    "SHARED_DB_IDS",
+    "TRAINING_DB_IDS",
     "BundledBuildError",
     "BundledDatabase",
     "UnknownDatabaseError",

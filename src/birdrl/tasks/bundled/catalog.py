@@ -10,12 +10,22 @@ from types import ModuleType
 import birdrl.tasks.bundled.dbs.airline as airline
 import birdrl.tasks.bundled.dbs.chinook as chinook
 import birdrl.tasks.bundled.dbs.clinic as clinic
+import birdrl.tasks.bundled.dbs.freight as freight
+import birdrl.tasks.bundled.dbs.hardware as hardware
 import birdrl.tasks.bundled.dbs.hr as hr
 import birdrl.tasks.bundled.dbs.library as library
 import birdrl.tasks.bundled.dbs.university as university
 from birdrl.errors import BirdrlError
 
-__all__ = ["BUNDLED_DB_IDS", "BundledDatabase", "UnknownDatabaseError", "bundled_database"]
+__all__ = [
+    "BUNDLED_DB_IDS",
+    "HELD_OUT_DB_IDS",
+    "SHARED_DB_IDS",
+    "TRAINING_DB_IDS",
+    "BundledDatabase",
+    "UnknownDatabaseError",
+    "bundled_database",
+]
 
 # Files (relative to this package) every build reads besides the database's own ones.
 COMMON_SOURCES = ("build.py", "dbs/__init__.py", "dbs/fake.py")
@@ -56,11 +66,23 @@ class BundledDatabase:
 
 # Immutable records describing shipped files: built once, cheaply, on first import.
 _DATABASES: tuple[BundledDatabase, ...] = tuple(
-    BundledDatabase.from_module(m) for m in (chinook, clinic, library, airline, university, hr)
+    BundledDatabase.from_module(m)
+    for m in (chinook, clinic, library, airline, university, hr, hardware, freight)
 )
 
 BUNDLED_DB_IDS: tuple[str, ...] = tuple(db.db_id for db in _DATABASES)
 """The ids of the bundled databases, in build order."""
+TRAINING_DB_IDS: tuple[str, ...] = ("hardware",)
+"""Databases only training tasks use: `bundled:train-explore`'s near-neighbour values, where
+a look lists several values close to the user's and only reading the right one pays."""
+HELD_OUT_DB_IDS: tuple[str, ...] = ("freight",)
+"""Databases only held-out tasks use (`bundled:test-explore-unseen`): their naming and code
+conventions are in no training task."""
+SHARED_DB_IDS: tuple[str, ...] = tuple(
+    i for i in BUNDLED_DB_IDS if i not in TRAINING_DB_IDS + HELD_OUT_DB_IDS
+)
+"""The databases both sides use (the train/test splits, the easy and explore splits, the
+text-to-SQL set)."""
 
 
 def bundled_database(db_id: str) -> BundledDatabase:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
-from birdrl.tasks.bundled.catalog import BUNDLED_DB_IDS
+from birdrl.tasks.bundled.catalog import SHARED_DB_IDS
 
 __all__ = ["jsonl_text", "make_splits", "split_records", "tasks_dir", "write_splits", "write_texts"]
 
@@ -30,7 +30,7 @@ def tasks_dir() -> Path:
 
 def _read_sources(source_dir: Path) -> list[dict[str, Any]]:
     records = []
-    for db_id in BUNDLED_DB_IDS:
+    for db_id in SHARED_DB_IDS:
         path = source_dir / f"{db_id}.jsonl"
         if not path.is_file():
             continue

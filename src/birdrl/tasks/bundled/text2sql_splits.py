@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from birdrl.errors import BirdrlError
-from birdrl.tasks.bundled.catalog import BUNDLED_DB_IDS
+from birdrl.tasks.bundled.catalog import SHARED_DB_IDS
 from birdrl.tasks.bundled.splits import jsonl_text, tasks_dir, write_texts
 
 __all__ = [
@@ -45,10 +45,10 @@ def _read_source(path: Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BirdrlError(f"{path}, line {number}: invalid JSON: {exc.msg}") from None
-        if record.get("db_id") not in BUNDLED_DB_IDS:
+        if record.get("db_id") not in SHARED_DB_IDS:
             raise BirdrlError(
                 f"{path}, line {number}: field 'db_id': {record.get('db_id')!r} is not a "
-                f"bundled database ({', '.join(BUNDLED_DB_IDS)})"
+                f"bundled database ({', '.join(SHARED_DB_IDS)})"
             )
         records.append(record)
     return records
