@@ -56,16 +56,7 @@ LITERAL = re.compile(r"'((?:[^']|'')*)'")
 def splits() -> dict[str, list]:
     return {
         split: list(open_benchmark(f"bundled:{split}").tasks)
-        for split in (
-            "train",
-            "test",
-            "test-easy",
-            "train-easy",
-            "test-explore",
-            "train-explore",
-            "test-explore-unseen",
-            "text2sql-train",
-        )
+        for split in (*BUNDLED_SPLITS, "text2sql-train")
     }
 
 

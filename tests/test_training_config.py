@@ -105,14 +105,14 @@ def test_held_out_splits_in_tables_and_the_easy_shorthand(tmp_path: Path) -> Non
     assert config_to_dict(config)["evaluation"]["splits"][0] == {
         "label": "explore", "tasks": "bundled:test", "limit": 5, "db_root": None
     }  # fmt: skip
-    # the same through --set, and the tiny preset's easy and explore splits
+    # the same through --set, and the tiny preset's easy and two explore splits
     tiny = load_preset("tiny")
-    assert [s.label for s in tiny.held_out_splits()] == ["easy", "explore"]
+    assert [s.label for s in tiny.held_out_splits()] == ["easy", "explore", "unseen-db"]
     again = apply_overrides(tiny, ['evaluation.splits=[{label="more", tasks="bundled:test"}]'])
     assert [s.label for s in again.held_out_splits()] == ["easy", "more"]
     # an empty easy_eval_tasks drops the easy split (its easy_limit then counts for nothing)
     dropped = apply_overrides(tiny, ["easy_eval_tasks=''"]).held_out_splits()
-    assert [s.label for s in dropped] == ["explore"]
+    assert [s.label for s in dropped] == ["explore", "unseen-db"]
 
 
 @pytest.mark.parametrize(
