@@ -161,6 +161,8 @@ def test_a_run_written_before_a_new_setting_resumes(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(old))
     _check_run_dir(tmp_path, config, resume=True)
     (tmp_path / "stage1").mkdir()
+    # a new description changes no stage's work (an edited preset under a seeds run)
+    _check_run_dir(tmp_path, apply_overrides(config, ['description="reworded"']), resume=True)
     changed = apply_overrides(config, ['evaluation.splits=[{label="x", tasks="bundled:test"}]'])
     with pytest.raises(ConfigError, match="changed: evaluation"):
         _check_run_dir(tmp_path, changed, resume=True)

@@ -656,6 +656,11 @@ def _with_defaults(saved: Any, defaults: Any, key: str = "") -> Any:
     return {**defaults, **{k: _with_defaults(v, defaults.get(k), k) for k, v in saved.items()}}
 
 
+_WORDING = frozenset({"description"})
+"""Settings that change no stage's work: a resumed run may take new values (an edited
+preset's description no longer stops the seeds of a run in progress)."""
+
+
 def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> None:
     saved = run_dir / "config.json"
     current = config_to_dict(config)
@@ -669,7 +674,9 @@ def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> Non
         previous = _with_defaults(
             json.loads(saved.read_text(encoding="utf-8")), config_to_dict(CurriculumConfig())
         )
-        changed = sorted(k for k in current if previous.get(k) != current[k])
+        changed = sorted(
+            k for k in current if previous.get(k) != current[k] and k not in _WORDING
+        )
         # settings of stages that have not started yet may change; nothing else may
         fixed = [k for k in changed if not (k.startswith("stage") and not (run_dir / k).exists())]
         if fixed:
