@@ -674,9 +674,7 @@ def _check_run_dir(run_dir: Path, config: CurriculumConfig, resume: bool) -> Non
         previous = _with_defaults(
             json.loads(saved.read_text(encoding="utf-8")), config_to_dict(CurriculumConfig())
         )
-        changed = sorted(
-            k for k in current if previous.get(k) != current[k] and k not in _WORDING
-        )
+        changed = sorted(k for k in current if previous.get(k) != current[k] and k not in _WORDING)
         # settings of stages that have not started yet may change; nothing else may
         fixed = [k for k in changed if not (k.startswith("stage") and not (run_dir / k).exists())]
         if fixed:
