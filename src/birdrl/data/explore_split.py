@@ -39,9 +39,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import quote
 
 from birdrl.data.easy_split import write_task_file
+from birdrl.dialects.loading import open_sqlite
 from birdrl.dialects.sqlite.helpers import (
     preprocess_results,
     remove_comments,
@@ -204,7 +204,7 @@ def _literal(value: str) -> str:
 
 def _columns(db_id: str, path: Path) -> list[_Column]:
     """The categorical text columns of a database (and date columns with a few values)."""
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+    conn = open_sqlite(path)
     try:
         tables = [
             r[0]
@@ -418,14 +418,16 @@ def _judged_rows(conn: sqlite3.Connection, sql: str, ordered: bool) -> object:
     return rows if ordered else frozenset(rows)
 
 
-def _stored_values(conn: sqlite3.Connection, table: str, column: str) -> list[str]:
-    return [
-        str(v)
-        for (v,) in conn.execute(
-            f"SELECT DISTINCT CAST({_quote(column)} AS TEXT) FROM {_quote(table)} "
-            f"WHERE {_quote(column)} IS NOT NULL ORDER BY 1"
-        )
-    ]
+def _judged_by_value(
+    conn: sqlite3.Connection, table: str, column: str, render: Callable[[str], str], ordered: bool
+) -> dict[str, object]:
+    """Every stored value of ``table.column`` -> the judged result (`_judged_rows`) of the
+    query `render` writes for it."""
+    values = conn.execute(
+        f"SELECT DISTINCT CAST({_quote(column)} AS TEXT) FROM {_quote(table)} "
+        f"WHERE {_quote(column)} IS NOT NULL ORDER BY 1"
+    )
+    return {str(v): _judged_rows(conn, render(str(v)), ordered) for (v,) in values.fetchall()}
 
 
 def other_passing_values(task: Task, db_path: Path) -> list[str]:
@@ -440,17 +442,15 @@ def other_passing_values(task: Task, db_path: Path) -> list[str]:
     value, fix = _stored_value(task), task.sol_sql[0]
     target = _literal(value)
     ordered = bool((task.conditions or {}).get("order", False))
-    con = sqlite3.connect(f"file:{quote(str(db_path))}?mode=ro", uri=True)
+    con = open_sqlite(db_path)
     try:
         gold = _judged_rows(con, fix, ordered)
-        return [
-            other
-            for other in _stored_values(con, table, column)
-            if other != value
-            and _judged_rows(con, fix.replace(target, _literal(other)), ordered) == gold
-        ]
+        results = _judged_by_value(
+            con, table, column, lambda other: fix.replace(target, _literal(other)), ordered
+        )
     finally:
         con.close()
+    return [other for other, result in results.items() if other != value and result == gold]
 
 
 class _Strictness:
@@ -480,13 +480,11 @@ class _Strictness:
         col = candidate.column
         key = (col.name, candidate.template)
         if key not in self._results:
-            path = self._databases[col.db_id]
-            con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+            con = open_sqlite(self._databases[col.db_id])
             try:
-                self._results[key] = {
-                    v: _judged_rows(con, str(_sql(candidate, v)), ordered=False)
-                    for v in _stored_values(con, col.table, col.column)
-                }
+                self._results[key] = _judged_by_value(
+                    con, col.table, col.column, lambda v: str(_sql(candidate, v)), ordered=False
+                )
             finally:
                 con.close()
         return self._results[key]
@@ -535,7 +533,9 @@ def _pick(
     return picked
 
 
-def _usable(databases: Mapping[str, Path], all_databases: Mapping[str, Path]) -> dict[str, list]:
+def _usable(
+    databases: Mapping[str, Path], all_databases: Mapping[str, Path]
+) -> dict[str, list[_Candidate]]:
     """Column name -> the candidates of its values that no prompt shows."""
     usable = {}
     for db_id in sorted(databases):
@@ -739,6 +739,6 @@ if __name__ == "__main__":
         print(f"{split}: {sum(1 for _ in path.open())} tasks -> {path}")
     print(
         f"strict: {built.alternatives_checked} other stored values tried in the picked "
-        f"tasks' references, every one failed; {built.weak_refused} candidates refused "
+        f"candidates' references, every one failed; {built.weak_refused} candidates refused "
         "because another value passed too"
     )
