@@ -56,6 +56,7 @@ from birdrl.training.verl.tools import (
 )
 
 EXAMPLES = Path(birdrl.training.verl.__file__).parent / "examples"
+SHIPPED_CONFIG = EXAMPLES / "birdrl_verl.json"
 CRASH = (
     "def test_case(pred_sqls, sol_sqls, db_path, conn, conditions):\n"
     "    __import__('os')._exit(3)\n"
@@ -199,7 +200,7 @@ def test_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         runtime()
     with pytest.raises(VerlConfigError, match="cannot read"):
         runtime(tmp_path / "missing.json")
-    assert VerlConfig.load(EXAMPLES / "birdrl_verl.json").tasks == "bundled:train"
+    assert VerlConfig.load(SHIPPED_CONFIG).tasks == "bundled:train+bundled:test"
 
 
 def test_processes_claim_free_pool_partitions(tmp_path: Path) -> None:
@@ -585,10 +586,16 @@ def need_verl() -> str:
 
 
 def run_example(
-    folder: Path, stage: int, config: Path, *overrides: str, any_version: bool = False
-) -> list[str]:
+    folder: Path,
+    stage: int,
+    config: Path,
+    *overrides: str,
+    any_version: bool = False,
+    expect_ok: bool = True,
+) -> list[str] | subprocess.CompletedProcess[str]:
     """Run run_grpo.sh as a user would, with `python3 -m verl.trainer.main_ppo` recorded
-    instead of started: the Hydra overrides it passes, after the shell's substitutions."""
+    instead of started: the Hydra overrides it passes, after the shell's substitutions
+    (with `expect_ok` false: the finished process, whatever its status)."""
     pytest.importorskip("pyarrow", reason="the script exports parquet (birdrl[datasets])")
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True)
@@ -615,8 +622,21 @@ def run_example(
         timeout=300,
         check=False,
     )
+    if not expect_ok:
+        return done
     assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
     return list(json.loads(argv.read_text()))
+
+
+def example_argv(folder: Path, stage: int, *overrides: str, any_version: bool = False) -> list[str]:
+    """The recorded launch of run_grpo.sh with the shipped birdrl config."""
+    argv = run_example(folder, stage, SHIPPED_CONFIG, *overrides, any_version=any_version)
+    assert isinstance(argv, list)
+    return argv
+
+
+def overrides(argv: list[str]) -> dict[str, str]:
+    return dict(arg.lstrip("+").split("=", 1) for arg in argv)
 
 
 def compose_verl(argv: list[str]) -> Any:
@@ -642,24 +662,85 @@ def check_as_main_ppo(cfg: Any) -> None:
 
 
 @pytest.mark.parametrize("stage", [3, 4])
-def test_example_script_exports_and_launches(tmp_path: Path, config: Path, stage: int) -> None:
+def test_example_script_exports_and_launches(tmp_path: Path, stage: int) -> None:
     """Without verl: the script's data step writes the stage's rows where its launch reads
     them, and the launch line reaches verl's entry point with well-formed overrides."""
-    argv = run_example(tmp_path, stage, config, any_version=True)
+    argv = example_argv(tmp_path, stage, any_version=True)
     assert all("=" in arg and " " not in arg.split("=")[0] for arg in argv), argv
-    values = dict(arg.lstrip("+").split("=", 1) for arg in argv)
+    values = overrides(argv)
     pq = pytest.importorskip("pyarrow.parquet")
     agent = {3: "single_turn_agent", 4: "tool_agent"}[stage]
     for key, split in (("data.train_files", "train"), ("data.val_files", "test")):
         rows = pq.read_table(values[key]).to_pylist()
         assert rows and {r["agent_name"] for r in rows} == {agent}
         assert {r["extra_info"]["split"] for r in rows} == {split}
-    assert list(values.values()).count(str(config)) == 2  # the reward's kwargs, Ray's env
+    # the reward's kwargs and Ray's env name the shipped config
+    assert list(values.values()).count(str(SHIPPED_CONFIG)) == 2
+
+
+def test_shipped_config_serves_every_row_the_script_exports(tmp_path: Path) -> None:
+    """On the shipped files, not a fixture: every training and validation row the script
+    exports is a task of the shipped config (verl validates before its first step, and an
+    unknown task stops it there), a validation row is scored through that config, and its
+    pool holds the replicas the script's own batch, group size and workers need."""
+    from birdrl.training.verl.launch import LaunchPlan, replicas_needed, row_task_ids
+
+    values = overrides(example_argv(tmp_path, 3, any_version=True))
+    shipped = VerlConfig.load(SHIPPED_CONFIG)
+    known = {t.instance_id for t in runtime(SHIPPED_CONFIG).benchmark().tasks}
+    train = row_task_ids([values["data.train_files"]])
+    val = row_task_ids([values["data.val_files"]])
+    assert train and val and set(train + val) <= known, set(train + val) - known
+    sol = {t.instance_id: t for t in open_benchmark("bundled:test").tasks}[val[0]].sol_sql
+    row = {"stage": 3}
+    assert compute_score("birdrl", answer(sol), val[0], row, config=str(SHIPPED_CONFIG)) == 1.0
+    plan = LaunchPlan(
+        train_batch=int(values["data.train_batch_size"]),
+        n=int(values["actor_rollout_ref.rollout.n"]),
+        val_rows=len(val),
+        val_n=int(values["actor_rollout_ref.rollout.val_kwargs.n"]),
+        agent_workers=int(values["actor_rollout_ref.rollout.agent.num_workers"]),
+    )
+    assert replicas_needed(plan) == 64  # docs/verl.md: 32 x 8 / 8 workers x 2
+    assert shipped.replicas_per_db >= replicas_needed(plan)
+
+
+def test_replicas_needed_counts_the_larger_batch() -> None:
+    from birdrl.training.verl.launch import LaunchPlan, replicas_needed
+
+    assert replicas_needed(LaunchPlan(32, 8, 48, 1, 8)) == 64
+    assert replicas_needed(LaunchPlan(4, 2, 300, 1, 8)) == 2 * 38  # validation dominates
+    assert replicas_needed(LaunchPlan(5, 1, 0, 1, 2)) == 6  # a worker's share rounds up
+    with pytest.raises(VerlConfigError, match="agent_workers must be >= 1"):
+        LaunchPlan(32, 8, 48, 1, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"tasks": "bundled:train"}, r"lack 48 of the 168 tasks .*'bundled:train\+bundled:test'"),
+        ({"replicas_per_db": 16}, r"replicas_per_db = 16 is too small.* at least 64"),
+    ],
+)
+def test_script_refuses_a_config_that_cannot_serve_its_launch(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    """Before verl starts: a config missing the validation tasks (the example as shipped
+    before) or with an undersized pool stops the script with the numbers."""
+    import re
+
+    edited = tmp_path / "birdrl_verl.json"
+    edited.write_text(json.dumps({**json.loads(SHIPPED_CONFIG.read_text()), **change}))
+    done = run_example(tmp_path / "run", 4, edited, any_version=True, expect_ok=False)
+    assert isinstance(done, subprocess.CompletedProcess)
+    assert done.returncode != 0
+    assert re.search(message, done.stderr), done.stderr
+    assert not (tmp_path / "run" / "argv.json").exists()  # verl was never started
 
 
 @pytest.mark.parametrize("stage", [3, 4])
 def test_example_passes_verls_config_checks(
-    tmp_path: Path, config: Path, tasks: dict[str, Task], stage: int
+    tmp_path: Path, tasks: dict[str, Task], stage: int
 ) -> None:
     """The script's overrides on verl's own packaged config: composed by Hydra, checked by
     verl's validate_config and config dataclasses, the reward function loaded by verl's
@@ -670,7 +751,7 @@ def test_example_passes_verls_config_checks(
     from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.utils.config import omega_conf_to_dataclass
 
-    argv = run_example(tmp_path, stage, config)
+    argv = example_argv(tmp_path, stage)
     cfg = compose_verl(argv)
     check_as_main_ppo(cfg)
     # With the KL loss on (a user's extra override), the reference model's sizes hold too.
@@ -699,7 +780,8 @@ def test_example_passes_verls_config_checks(
     assert score == 1.0
 
     env = OmegaConf.merge(get_ppo_ray_runtime_env(cfg), cfg.ray_kwargs.ray_init.runtime_env)
-    assert OmegaConf.to_container(env)["env_vars"][CONFIG_ENV] == str(config)
+    assert OmegaConf.to_container(env)["env_vars"][CONFIG_ENV] == str(SHIPPED_CONFIG)
+    assert cfg.actor_rollout_ref.rollout.agent.num_workers == 8  # the pool was sized for it
 
 
 def test_verl_extra_admits_the_validated_verl() -> None:

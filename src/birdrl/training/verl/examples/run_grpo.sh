@@ -14,6 +14,11 @@ STAGE=${STAGE:-4}                      # 3: single turn (<answer> block), 4: too
 OUT=${OUT:-$HOME/data/birdrl-verl}
 MODEL=${MODEL:-Qwen/Qwen2.5-Coder-7B-Instruct}
 GPUS=${GPUS:-8}                        # GPUs on this node
+TRAIN_TASKS=${TRAIN_TASKS:-bundled:train}  # exported as data.train_files
+VAL_TASKS=${VAL_TASKS:-bundled:test}       # exported as data.val_files (validated before training)
+BATCH=${BATCH:-32}                     # data.train_batch_size: tasks a step
+ROLLOUT_N=${ROLLOUT_N:-8}              # rollout.n: episodes a task (the GRPO group)
+AGENT_WORKERS=${AGENT_WORKERS:-8}      # rollout.agent.num_workers: processes running the tools
 HERE=$(cd "$(dirname "$0")" && pwd)
 # The birdrl config every verl process reads (tasks, databases, evaluator, replica pool).
 # Copy birdrl_verl.json, edit it and set BIRDRL_VERL_CONFIG to it: the reward gets it as
@@ -37,18 +42,24 @@ PY
 fi
 
 # 1. Data: the stage's RL prompts as verl parquet rows (data_source "birdrl").
-OUT="$OUT" STAGE="$STAGE" python3 - <<'PY'
+OUT="$OUT" STAGE="$STAGE" TRAIN_TASKS="$TRAIN_TASKS" VAL_TASKS="$VAL_TASKS" python3 - <<'PY'
 import os
 
 from birdrl.tasks.benchmark import open_benchmark
 from birdrl.training.verl.export import export_tasks
 
 out, stage = os.environ["OUT"], int(os.environ["STAGE"])
-for split in ("train", "test"):
-    bench = open_benchmark(f"bundled:{split}")
+for split, source in (("train", os.environ["TRAIN_TASKS"]), ("test", os.environ["VAL_TASKS"])):
+    bench = open_benchmark(source)
     export_tasks(bench.debugging_tasks(), bench.databases, f"{out}/stage{stage}-{split}.parquet",
                  stage=stage, split=split)
 PY
+
+# 1b. Before verl loads anything: the birdrl config must know every exported task (each row
+#     is scored through it) and its pool must hold what one agent-loop worker may lease.
+python3 -m birdrl.training.verl.launch "$BIRDRL_VERL_CONFIG" \
+  --train-rows "$OUT/stage$STAGE-train.parquet" --val-rows "$OUT/stage$STAGE-test.parquet" \
+  --train-batch "$BATCH" --n "$ROLLOUT_N" --val-n 1 --agent-workers "$AGENT_WORKERS"
 
 # 2. Stage 4 only: verl's tool agent loop with birdrl's tools (rows say agent_name=tool_agent).
 #    verl's dataset reads the same tool config (data.tool_config_path follows it) to count
@@ -81,19 +92,21 @@ python3 -m verl.trainer.main_ppo \
   data.train_files="$OUT/stage$STAGE-train.parquet" \
   data.val_files="$OUT/stage$STAGE-test.parquet" \
   data.return_raw_chat=True \
-  data.train_batch_size=32 \
+  data.train_batch_size="$BATCH" \
   data.max_prompt_length=6144 \
   data.max_response_length=4096 \
   data.filter_overlong_prompts=True \
   actor_rollout_ref.model.path="$MODEL" \
   actor_rollout_ref.actor.optim.lr=1e-6 \
-  actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+  actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1 \
   actor_rollout_ref.actor.use_kl_loss=False \
   actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2 \
   actor_rollout_ref.rollout.name=vllm \
   actor_rollout_ref.rollout.mode=async \
-  actor_rollout_ref.rollout.n=8 \
+  actor_rollout_ref.rollout.n="$ROLLOUT_N" \
+  actor_rollout_ref.rollout.val_kwargs.n=1 \
+  actor_rollout_ref.rollout.agent.num_workers="$AGENT_WORKERS" \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2 \
   "${TOOLS[@]}" \
