@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,67 @@ def test_two_process_run_resumes_mid_stage_from_its_checkpoint(tmp_path: Path) -
     assert first == saved[-1] + 1  # training continued after the checkpoint, not from step 1
     record = json.loads((run_dir / "stage3" / "record.json").read_text())
     assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
+
+
+FAULTY_RANK = """
+import os, signal, sys, time
+from birdrl.training.distributed import dist_context, start_process_group
+dist = dist_context()
+start_process_group(timeout_minutes=float(sys.argv[2]))
+dist.barrier()  # both ranks are up
+if dist.rank == 1:
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(3600)  # hangs: a deadlock, a stuck collective
+dist.barrier()
+print("rank", dist.rank, "passed the barrier")
+"""
+
+
+@pytest.mark.parametrize("fault", ["hang", "kill"])
+def test_a_failed_or_hung_rank_stops_every_rank_within_the_timeout(
+    tmp_path: Path, fault: str
+) -> None:
+    """Two CPU processes (torchrun, gloo) with a 6-second collective timeout; rank 1 hangs
+    or is killed between two barriers. The run exits non-zero in well under a minute (the
+    default limit is hours), and the log names what happened: rank 0's barrier error for a
+    hang, the killed rank for a kill."""
+    pytest.importorskip("accelerate", reason="the process group is accelerate's")
+    script = tmp_path / "faulty.py"
+    script.write_text(FAULTY_RANK)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.monotonic()
+    done = subprocess.run(
+        [*cmd, str(script), fault, "0.1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    elapsed = time.monotonic() - start
+    log = done.stdout + done.stderr
+    assert done.returncode != 0, log
+    assert elapsed < 90, f"took {elapsed:.0f} s:\n{log}"
+    assert "passed the barrier" not in log
+    if fault == "hang":
+        assert "CollectiveError: rank 0 of 2: a barrier did not complete" in log, log
+        assert "collective_timeout_minutes" in log
+    else:  # rank 0's barrier fails at once, or the launcher stops it first; either names it
+        assert re.search(r"rank\s*: 1 .*\n.*exitcode\s*: -9", log) or "CollectiveError" in log, log
+
+
+def test_collective_timeout_reaches_the_trainers(tmp_path: Path) -> None:
+    """A trainer that creates the process group itself waits as long as the run's barriers."""
+    from birdrl.training.common import common_args
+    from birdrl.training.config import ConfigError, apply_overrides
+
+    config = apply_overrides(load_preset("smoke"), ["collective_timeout_minutes=2.5"])
+    args = common_args(config, tmp_path, config.stage3)
+    assert args["ddp_timeout"] == 150
+    with pytest.raises(ConfigError, match="collective_timeout_minutes must be > 0"):
+        apply_overrides(load_preset("smoke"), ["collective_timeout_minutes=0"])
 
 
 def test_cli_dry_run_prints_the_plan() -> None:

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from birdrl.agents.models import ModelError
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
-from birdrl.training.distributed import BARRIER_TIMEOUT_S
 from birdrl.training.models import policy_precision, use_cuda
 
 if TYPE_CHECKING:
@@ -94,7 +93,8 @@ def common_args(
         "bf16": policy_precision(config).bf16,
         _checkpointing_arg(): config.gradient_checkpointing,
         "dataloader_num_workers": 0,
-        "ddp_timeout": BARRIER_TIMEOUT_S,  # if the trainer creates the process group first
+        # if the trainer creates the process group first (start_process_group did not)
+        "ddp_timeout": round(config.collective_timeout_minutes * 60),
         "disable_tqdm": True,  # progress_callback prints one line per step instead
     }
 

@@ -23,6 +23,7 @@ from birdrl.evaluation.semantics import Semantics, SemanticsError
 from birdrl.tasks.benchmark import split_source
 
 __all__ = [
+    "DEFAULT_COLLECTIVE_TIMEOUT_MIN",
     "GENERATION_ENGINES",
     "ConfigError",
     "CurriculumConfig",
@@ -40,6 +41,11 @@ __all__ = [
     "list_presets",
     "load_preset",
 ]
+
+
+DEFAULT_COLLECTIVE_TIMEOUT_MIN = 360.0
+"""How long ranks wait for each other by default: the main process's evaluation of a large
+model on the full held-out split can take hours."""
 
 
 class ConfigError(BirdrlError, ValueError):
@@ -365,6 +371,12 @@ class CurriculumConfig:
     template (a contamination check for new deployments; one database read per episode)."""
     save_steps: int = 50
     """Checkpoint every N steps inside a stage, so ``--resume`` continues mid-stage."""
+    collective_timeout_minutes: float = DEFAULT_COLLECTIVE_TIMEOUT_MIN
+    """Several processes: how long a barrier or collective of the run waits for the other
+    ranks before it fails (`birdrl.training.distributed`). A rank that dies or hangs then
+    stops every other rank with an error within this time, instead of leaving them waiting.
+    It must exceed the longest wait a healthy run has: the main process's evaluation after a
+    stage (hours for a large model on the full held-out split)."""
     prompt: PromptSettings = field(default_factory=PromptSettings)
     lora: LoraSettings = field(default_factory=LoraSettings)
     stage1: SFTStageConfig = field(default_factory=SFTStageConfig)
@@ -399,6 +411,10 @@ class CurriculumConfig:
             raise ConfigError(
                 f"vllm_importance_sampling must be one of {', '.join(IMPORTANCE_SAMPLING_MODES)}, "
                 f"not {self.vllm_importance_sampling!r}"
+            )
+        if not self.collective_timeout_minutes > 0:
+            raise ConfigError(
+                f"collective_timeout_minutes must be > 0, got {self.collective_timeout_minutes}"
             )
         if self.vllm_tensor_parallel_size < 1:
             raise ConfigError(

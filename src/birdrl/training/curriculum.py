@@ -44,7 +44,7 @@ from birdrl.training.config import (
     HeldOutSplit,
     config_to_dict,
 )
-from birdrl.training.distributed import dist_context
+from birdrl.training.distributed import dist_context, start_process_group
 from birdrl.training.environment import explored_first
 from birdrl.training.eval_settings import run_eval_settings
 from birdrl.training.generation import RunGeneration, plan_generation
@@ -710,6 +710,7 @@ def run_curriculum(
         keep_freed_memory()
     run = Path(run_dir).expanduser()
     dist = dist_context()
+    start_process_group(config.collective_timeout_minutes)  # every barrier's wait limit
     stages = tuple(stages)  # a GPU run that cannot fit is refused before anything loads
     check_memory(config, stages, warn=progress if dist.is_main else None)
     if dist.is_main:

@@ -19,21 +19,27 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from birdrl.training.config import CurriculumConfig, GRPOStageConfig
+from birdrl.errors import BirdrlError
+from birdrl.training.config import (
+    DEFAULT_COLLECTIVE_TIMEOUT_MIN,
+    CurriculumConfig,
+    GRPOStageConfig,
+)
 
 __all__ = [
+    "CollectiveError",
     "DistContext",
     "DistributedPlan",
     "accelerate_configs",
     "dist_context",
     "episodes_per_rank",
     "plan_run",
+    "start_process_group",
 ]
 
 
-BARRIER_TIMEOUT_S = 6 * 3600
-"""How long ranks wait for each other (the main process's evaluation of a large model on
-the held-out split can take hours)."""
+class CollectiveError(BirdrlError, RuntimeError):
+    """A barrier or collective did not complete: another rank failed or hangs."""
 
 
 @dataclass(frozen=True)
@@ -53,17 +59,21 @@ class DistContext:
         return self.world_size > 1
 
     def barrier(self) -> None:
-        """Wait for every rank (no-op in a single process)."""
+        """Wait for every rank (no-op in a single process). The wait is limited by the
+        process group's timeout (`start_process_group`); a rank that died or hangs makes
+        this raise `CollectiveError` instead of waiting for ever."""
         if self.distributed:
-            import torch
             from accelerate import PartialState
 
-            # the process group accelerate (and so the trainers) use; gloo on CPUs. The
-            # first call creates it, with a timeout long enough for the other ranks to wait
-            # while the main process builds data or evaluates (the default is 30 min)
-            PartialState(
-                cpu=not torch.cuda.is_available(), timeout=timedelta(seconds=BARRIER_TIMEOUT_S)
-            ).wait_for_everyone()
+            start_process_group()  # where the run did not start it (a library's own call)
+            try:
+                PartialState().wait_for_everyone()
+            except RuntimeError as exc:  # torch.distributed.DistError and gloo's errors
+                raise CollectiveError(
+                    f"rank {self.rank} of {self.world_size}: a barrier did not complete "
+                    f"({exc}). Another rank has failed (its error is in its log) or hangs; "
+                    "a healthy run that waits longer needs a larger collective_timeout_minutes"
+                ) from exc
 
     @contextmanager
     def main_first(self) -> Iterator[None]:
@@ -73,6 +83,19 @@ class DistContext:
         yield
         if self.is_main:
             self.barrier()
+
+
+def start_process_group(timeout_minutes: float = DEFAULT_COLLECTIVE_TIMEOUT_MIN) -> None:
+    """Create the run's process group (gloo on CPUs, through accelerate's `PartialState`,
+    which the trainers then share) with `timeout_minutes` as the wait limit of every barrier
+    and collective, before a library creates it with its own (torch's default is 30 min).
+    A no-op in one process, and where the group exists already (its limit stays)."""
+    if not dist_context().distributed:
+        return
+    import torch
+    from accelerate import PartialState
+
+    PartialState(cpu=not torch.cuda.is_available(), timeout=timedelta(minutes=timeout_minutes))
 
 
 def dist_context(environ: Mapping[str, str] | None = None) -> DistContext:
