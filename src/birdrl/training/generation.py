@@ -44,6 +44,7 @@ from birdrl.agents.vllm_engine import (
 )
 from birdrl.env.sqlact import EnvConfig
 from birdrl.training.config import ConfigError, CurriculumConfig
+from birdrl.training.lora_weights import merged_weights
 from birdrl.training.models import (
     TrainingPrecision,
     autocast_generation,
@@ -427,10 +428,11 @@ class RunGeneration:
 def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
     """A subclass of TRL's ``VLLMGeneration`` that generates on `engine` instead of building
     an engine in ``_init_vllm``. The colocated generate call, the importance-sampling
-    logprobs and the walk over the trainer's parameters (LoRA merged, shards gathered) are
-    TRL's; the weights go in through `VLLMEngine.load_weights`, whose in-place reload also
-    works on a CPU, where TRL's per-parameter ``load_weights`` changes nothing (vLLM keeps
-    CPU weights repacked outside the parameters)."""
+    logprobs and the walk over a fully fine-tuned model's parameters are TRL's; a LoRA
+    model's weights are merged beside it (`birdrl.training.lora_weights`), not in it. The
+    weights go in through `VLLMEngine.load_weights`, whose in-place reload also works on a
+    CPU, where TRL's per-parameter ``load_weights`` changes nothing (vLLM keeps CPU weights
+    repacked outside the parameters)."""
 
     class SharedEngineGeneration(base):  # type: ignore[misc, valid-type]
         def _init_vllm(self) -> None:
@@ -443,6 +445,19 @@ def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
                 engine.wake_up(["weights"])
                 self._llm_weights_sleeping = False
             engine.load_weights(self._iter_named_params())
+
+        def _iter_named_params(self) -> Iterator[tuple[str, Any]]:
+            # LoRA: merged into new tensors, never into the trained model (TRL merges and
+            # unmerges in place, which in bf16 drifts the base weights at every sync)
+            from accelerate.utils import is_peft_model
+
+            if not is_peft_model(self.model):
+                yield from super()._iter_named_params()
+                return
+            prefixes = ["modules_to_save.default."]
+            yield from merged_weights(
+                self.model, lambda name: self._fix_param_name_to_vllm(name, prefixes)
+            )
 
     return SharedEngineGeneration
 
