@@ -155,6 +155,63 @@ def test_two_process_run_resumes_mid_stage_from_its_checkpoint(tmp_path: Path) -
     assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
 
 
+def need_deepspeed() -> None:
+    """Skip without DeepSpeed; fail instead where BIRDRL_REQUIRE_DEEPSPEED=1 (`.ci/run`)."""
+    pytest.importorskip("trl", reason="training needs the `train` extra (trl)")
+    try:
+        import deepspeed  # noqa: F401
+    except ImportError as exc:
+        reason = f"DeepSpeed is not installed ({exc}): pip install -e '.[deepspeed]'"
+        if os.environ.get("BIRDRL_REQUIRE_DEEPSPEED") == "1":
+            pytest.fail(f"BIRDRL_REQUIRE_DEEPSPEED=1 but {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("config", ["zero2.yaml", "zero3.yaml"])
+def test_deepspeed_runs_all_four_stages_with_their_evaluations(tmp_path: Path, config: str) -> None:
+    """The shipped DeepSpeed config (made a 2-process CPU config by `cpu_launch_config`)
+    under ``accelerate launch``: all four stages train, rank 0 evaluates after each one and
+    every stage saves a model that reloads whole. Before the stage's process state was torn
+    down (`stage_state`), ZeRO-3's rank 0 evaluation after stage 1 ran under the stage's
+    ``zero.Init`` while rank 1 waited (a hang, here stopped by the 3-minute collective
+    limit), and under ZeRO-2 stage 4 died reading the name of a DeepSpeed reference model."""
+    need_deepspeed()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from birdrl.training.distributed import cpu_launch_config
+
+    run_dir = tmp_path / "run"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    launch += [str(cpu_launch_config(config, tmp_path)), "-m", "birdrl", "curriculum"]
+    args = ["--preset", "smoke", "--out", str(run_dir), "--set", "evaluation.base_model=false"]
+    args += ["--set", "collective_timeout_minutes=3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    done = subprocess.run(
+        [*launch, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    models = {}
+    for stage in (1, 2, 3, 4):
+        record = json.loads((run_dir / f"stage{stage}" / "record.json").read_text())
+        assert record["evaluation"] is not None, f"stage {stage} was not evaluated"
+        assert [e["step"] for e in record["log_history"] if "loss" in e] == [1, 2]
+        models[stage] = AutoModelForCausalLM.from_pretrained(record["model_dir"])
+    start = AutoModelForCausalLM.from_pretrained(
+        json.loads((run_dir / "stage1" / "record.json").read_text())["notes"][0].split()[-1]
+    )
+    reference = dict(start.named_parameters())
+    for stage, model in models.items():  # whole tensors, not ZeRO-3's empty placeholders
+        for name, param in model.named_parameters():
+            assert param.shape == reference[name].shape, (stage, name, param.shape)
+    moved = [
+        name
+        for name, param in models[1].named_parameters()
+        if not torch.equal(param, reference[name])
+    ]
+    assert moved, "the saved stage-1 model equals its starting model: training was lost"
+
+
 FAULTY_RANK = """
 import os, signal, sys, time
 from birdrl.training.distributed import dist_context, start_process_group

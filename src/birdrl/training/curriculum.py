@@ -44,7 +44,7 @@ from birdrl.training.config import (
     HeldOutSplit,
     config_to_dict,
 )
-from birdrl.training.distributed import dist_context, start_process_group
+from birdrl.training.distributed import dist_context, stage_state, start_process_group
 from birdrl.training.environment import explored_first
 from birdrl.training.eval_settings import run_eval_settings
 from birdrl.training.generation import RunGeneration, plan_generation
@@ -768,7 +768,7 @@ def run_curriculum(
                 continue
             # the engine sleeps while the stage trains (sleep mode), and the stage's trainer
             # and models are collected before the evaluation wakes it or loads a model
-            with state.generation.stage_training():
+            with stage_state(), state.generation.stage_training():
                 output = state.train_stage(stage, model)
             model = output.model_dir
             state.save_eval_settings(stage.number, model)

@@ -31,9 +31,11 @@ __all__ = [
     "DistContext",
     "DistributedPlan",
     "accelerate_configs",
+    "cpu_launch_config",
     "dist_context",
     "episodes_per_rank",
     "plan_run",
+    "stage_state",
     "start_process_group",
 ]
 
@@ -96,6 +98,37 @@ def start_process_group(timeout_minutes: float = DEFAULT_COLLECTIVE_TIMEOUT_MIN)
     from accelerate import PartialState
 
     PartialState(cpu=not torch.cuda.is_available(), timeout=timedelta(minutes=timeout_minutes))
+
+
+@contextmanager
+def stage_state() -> Iterator[None]:
+    """The process-wide training state one stage's trainer creates, torn down when the stage
+    ends, so the next stage and the main process's evaluation start clean: accelerate's
+    `AcceleratorState` and `GradientState` (with the stage's DeepSpeed plugin, whose config
+    the trainer filled in place with its batch sizes) and transformers' ZeRO-3 flag, which
+    the plugin sets for the whole process. Left alone, that flag makes a later
+    ``from_pretrained`` run under ``deepspeed.zero.Init`` and ``generate`` sync with
+    other ranks: rank 0's evaluation after a ZeRO-3 stage then waits on collectives the other
+    ranks never issue. The process group (`PartialState`) stays: it is the run's."""
+    try:
+        yield
+    finally:
+        _reset_training_state()
+
+
+def _reset_training_state() -> None:
+    import sys
+
+    if "accelerate" not in sys.modules:  # nothing was created
+        return
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    if "transformers.integrations.deepspeed" in sys.modules:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()
 
 
 def dist_context(environ: Mapping[str, str] | None = None) -> DistContext:
@@ -168,6 +201,26 @@ def plan_run(
         databases={k: Path(p).stat().st_size for k, p in sorted(databases.items())},
         prompts_per_step=prompts,
     )
+
+
+def cpu_launch_config(name: str, dest: Path, processes: int = 2) -> Path:
+    """The shipped accelerate config `name` (``zero2.yaml``, ...) rewritten for `processes`
+    CPU processes, written to `dest` (a folder): ``use_cpu``, no mixed precision (a CPU
+    trains in float32; DeepSpeed refuses a bf16 config beside a float32 trainer) and the
+    process count; every other setting is the shipped file's, so the CPU run exercises the
+    same sharding. DeepSpeed picks its CPU accelerator by itself where CUDA is absent."""
+    import yaml
+
+    source = accelerate_configs() / name
+    if not source.is_file():
+        shipped = sorted(p.name for p in accelerate_configs().glob("*.yaml"))
+        raise ValueError(f"no shipped accelerate config {name!r} (shipped: {', '.join(shipped)})")
+    config = yaml.safe_load(source.read_text(encoding="utf-8"))
+    config.update(use_cpu=True, mixed_precision="no", num_processes=processes)
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / f"cpu-{name}"
+    out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return out
 
 
 def accelerate_configs() -> Path:

@@ -354,7 +354,9 @@ def run_grpo_stage(job: StageJob[GRPOStageConfig], rollouts: Rollouts) -> StageO
             notes.append(f"importance-sampling correction: {rollout_engine['importance_sampling']}")
             prepare_trainer(trainer, job.on_trainer)
             if trainer.ref_model is not None:
-                notes.append(f"KL reference policy: {trainer.ref_model.config._name_or_path}")
+                # under DeepSpeed the reference is an engine, whose `config` is DeepSpeed's
+                reference = getattr(trainer.ref_model, "module", trainer.ref_model)
+                notes.append(f"KL reference policy: {reference.config._name_or_path}")
             elif stage_config.beta > 0:
                 notes.append(
                     "KL reference policy: the stage's starting model (LoRA adapters disabled)"
