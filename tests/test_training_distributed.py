@@ -167,14 +167,20 @@ def need_deepspeed() -> None:
         pytest.skip(reason)
 
 
-@pytest.mark.parametrize("config", ["zero2.yaml", "zero3.yaml"])
-def test_deepspeed_runs_all_four_stages_with_their_evaluations(tmp_path: Path, config: str) -> None:
+@pytest.mark.parametrize(
+    ("config", "lora"), [("zero2.yaml", False), ("zero3.yaml", False), ("zero3.yaml", True)]
+)
+def test_deepspeed_runs_all_four_stages_with_their_evaluations(
+    tmp_path: Path, config: str, lora: bool
+) -> None:
     """The shipped DeepSpeed config (made a 2-process CPU config by `cpu_launch_config`)
     under ``accelerate launch``: all four stages train, rank 0 evaluates after each one and
     every stage saves a model that reloads whole. Before the stage's process state was torn
     down (`stage_state`), ZeRO-3's rank 0 evaluation after stage 1 ran under the stage's
     ``zero.Init`` while rank 1 waited (a hang, here stopped by the 3-minute collective
-    limit), and under ZeRO-2 stage 4 died reading the name of a DeepSpeed reference model."""
+    limit), under ZeRO-2 stage 4 died reading the name of a DeepSpeed reference model, and
+    a ZeRO-3 LoRA stage hung saving: rank 0 loaded the base model to merge into under the
+    live ``zero.Init`` (`outside_zero3`)."""
     need_deepspeed()
     import torch
     from transformers import AutoModelForCausalLM
@@ -185,7 +191,7 @@ def test_deepspeed_runs_all_four_stages_with_their_evaluations(tmp_path: Path, c
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
     launch += [str(cpu_launch_config(config, tmp_path)), "-m", "birdrl", "curriculum"]
     args = ["--preset", "smoke", "--out", str(run_dir), "--set", "evaluation.base_model=false"]
-    args += ["--set", "collective_timeout_minutes=3"]
+    args += ["--set", "collective_timeout_minutes=3", "--set", f"lora.enabled={str(lora).lower()}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     done = subprocess.run(
         [*launch, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from birdrl.agents.models import ModelError
 from birdrl.training.config import CurriculumConfig, GRPOStageConfig, SFTStageConfig
+from birdrl.training.distributed import outside_zero3
 from birdrl.training.models import policy_precision, use_cuda
 
 if TYPE_CHECKING:
@@ -259,7 +260,8 @@ def _merge_gathered(model: Any, state_dict: dict[str, Any]) -> Any:
     name = model.active_adapter
     config = copy.deepcopy(model.peft_config[name])
     frozen = next(p.dtype for p in model.parameters() if not p.requires_grad)
-    base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path, dtype=frozen)
+    with outside_zero3():  # rank 0 alone loads it, while the stage's ZeRO-3 state is live
+        base = AutoModelForCausalLM.from_pretrained(config.base_model_name_or_path, dtype=frozen)
     rebuilt = get_peft_model(base, config, adapter_name=name)
     try:
         rebuilt.load_state_dict(state_dict, strict=True)

@@ -34,6 +34,7 @@ __all__ = [
     "cpu_launch_config",
     "dist_context",
     "episodes_per_rank",
+    "outside_zero3",
     "plan_run",
     "stage_state",
     "start_process_group",
@@ -114,6 +115,27 @@ def stage_state() -> Iterator[None]:
         yield
     finally:
         _reset_training_state()
+
+
+@contextmanager
+def outside_zero3() -> Iterator[None]:
+    """Load models as plain, whole models on this rank alone while a ZeRO-3 stage is live:
+    transformers' ZeRO-3 flag is hidden for the block, so ``from_pretrained`` does not run
+    under ``deepspeed.zero.Init`` (which partitions every parameter with collectives that
+    the other ranks, not loading anything, never join)."""
+    import sys
+
+    if "transformers.integrations.deepspeed" not in sys.modules:
+        yield
+        return
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    saved = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = saved
 
 
 def _reset_training_state() -> None:
