@@ -9,7 +9,7 @@ import random
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -113,18 +113,21 @@ def template(make_template: Callable[..., Path]) -> Path:
     return make_template()
 
 
+def missing(flag: str, reason: str) -> NoReturn:
+    """Skip for `reason` (something optional is not installed); where ``{flag}=1`` (set by
+    `.ci/run`, which installs it) fail instead."""
+    if os.environ.get(flag) == "1":
+        pytest.fail(f"{flag}=1 but {reason}")
+    pytest.skip(reason)
+
+
 def require_service(flag: str, module: str, extra: str, binaries: bool, package: str) -> None:
     """Skip with the reason when a server's Python driver (`module`) or its binaries are
     absent; where ``{flag}=1`` (set by `.ci/run`) their absence fails the test instead."""
-    missing = None
     if importlib.util.find_spec(module) is None:
-        missing = f"{module} is not installed (pip install -e '.[{extra}]')"
-    elif not binaries:
-        missing = f"the server binaries are not installed (apt-get install {package})"
-    if missing is not None:
-        if os.environ.get(flag) == "1":
-            pytest.fail(f"{flag}=1 but {missing}")
-        pytest.skip(missing)
+        missing(flag, f"{module} is not installed (pip install -e '.[{extra}]')")
+    if not binaries:
+        missing(flag, f"the server binaries are not installed (apt-get install {package})")
 
 
 @pytest.fixture(scope="session")

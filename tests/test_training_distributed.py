@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import missing
 
 from birdrl.training.config import load_preset
 from birdrl.training.distributed import DistContext, accelerate_configs, dist_context, plan_run
@@ -161,10 +162,10 @@ def need_deepspeed() -> None:
     try:
         import deepspeed  # noqa: F401
     except ImportError as exc:
-        reason = f"DeepSpeed is not installed ({exc}): pip install -e '.[deepspeed]'"
-        if os.environ.get("BIRDRL_REQUIRE_DEEPSPEED") == "1":
-            pytest.fail(f"BIRDRL_REQUIRE_DEEPSPEED=1 but {reason}")
-        pytest.skip(reason)
+        missing(
+            "BIRDRL_REQUIRE_DEEPSPEED",
+            f"DeepSpeed is not installed ({exc}): pip install -e '.[deepspeed]'",
+        )
 
 
 @pytest.mark.parametrize(

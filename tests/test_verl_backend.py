@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import missing
 
 import birdrl.training.verl
 from birdrl.data.stages import build_rl_prompts
@@ -579,9 +580,7 @@ def need_verl() -> str:
         import verl  # type: ignore[import-not-found]
     except ImportError as exc:
         reason = f"verl's trainer config cannot be loaded ({exc}); to run: {VERL_INSTALL}"
-        if os.environ.get("BIRDRL_REQUIRE_VERL") == "1":
-            pytest.fail(f"BIRDRL_REQUIRE_VERL=1 but {reason}")
-        pytest.skip(reason)
+        missing("BIRDRL_REQUIRE_VERL", reason)
     return str(verl.__version__)
 
 

