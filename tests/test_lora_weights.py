@@ -45,14 +45,18 @@ def _changed(model: Any, before: dict[str, Any]) -> list[str]:
     return [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
 
 
-def _run_sync(model: Any) -> Any:
-    """The run's weight walk (`SharedEngineGeneration._iter_named_params`) over `model`, as
-    TRL calls it in a single process (nothing to gather)."""
+def _run_sync(model: Any, engines: str) -> Any:
+    """The run's weight walk over `model` as TRL calls it in a single process (nothing to
+    gather): the run's shared engine's (`shared`) or TRL's engine per rank (`per-rank`)."""
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from birdrl.training.generation import _shared_generation_class
+    from birdrl.training.generation import _lora_merged_beside, _shared_generation_class
 
-    sync = object.__new__(_shared_generation_class(VLLMGeneration, engine=None))
+    if engines == "shared":
+        cls = _shared_generation_class(VLLMGeneration, engine=None)
+    else:
+        cls = _lora_merged_beside(VLLMGeneration)
+    sync = object.__new__(cls)
     sync.model = model
     sync._dist = SimpleNamespace(  # one process: TRL's gather is a no-op
         gather_params=lambda params: contextlib.nullcontext(), is_fsdp=False
@@ -60,10 +64,11 @@ def _run_sync(model: Any) -> Any:
     return sync
 
 
-def test_the_sync_gives_the_merged_weights_without_touching_the_model() -> None:
+@pytest.mark.parametrize("engines", ["shared", "per-rank"])
+def test_the_sync_gives_the_merged_weights_without_touching_the_model(engines: str) -> None:
     model = _lora_model()
     before = _snapshot(model)
-    sync = _run_sync(model)
+    sync = _run_sync(model, engines)
     ours = {name: weight.clone() for name, weight in sync._iter_named_params()}
     for _ in range(SYNCS - 1):
         for _name, _weight in sync._iter_named_params():

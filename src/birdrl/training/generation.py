@@ -335,18 +335,26 @@ class RunGeneration:
     def building_trainer(self, model_path: Path | str) -> Iterator[None]:
         """Wrap the construction of a ``GRPOTrainer``: with the shared engine, TRL's vLLM
         generation is built on it (holding `model_path`'s weights) instead of starting an
-        engine of its own."""
+        engine of its own; with TRL's engines (one per rank), a LoRA model's weights reach
+        them merged beside the model (`_lora_merged_beside`)."""
+        import trl.trainer.grpo_trainer as grpo_module
+
+        original = grpo_module.VLLMGeneration
+        if self.plan.rollouts == "trl-colocate":  # TRL's engine per rank, LoRA merged beside
+            grpo_module.VLLMGeneration = _lora_merged_beside(original)
+            try:
+                yield
+            finally:
+                grpo_module.VLLMGeneration = original
+            return
         if self.plan.rollouts != "vllm":
             yield
             return
-        import trl.trainer.grpo_trainer as grpo_module
-
         engine = self.vllm
         if not (self.sleep_mode and engine.built):
             engine.load(model_path)  # (with sleep mode: built now, no evaluation before)
         if self.sleep_mode:  # until the first generation syncs the trainer's weights in
             engine.sleep()
-        original = grpo_module.VLLMGeneration
         grpo_module.VLLMGeneration = _shared_generation_class(original, engine)
         try:
             yield
@@ -425,6 +433,28 @@ class RunGeneration:
             self._vllm = None
 
 
+def _lora_merged_beside(base: type) -> type:
+    """TRL's ``VLLMGeneration`` `base` reading a LoRA model's weights for the engine merged
+    into new tensors (`birdrl.training.lora_weights`), never into the trained model: TRL
+    merges and unmerges in place, which in bf16 drifts the frozen base at every sync. Under
+    ZeRO-3 the whole model is gathered first, as TRL does; FSDP keeps TRL's own walk."""
+
+    class LoraBesideGeneration(base):  # type: ignore[misc, valid-type]
+        def _iter_named_params(self) -> Iterator[tuple[str, Any]]:
+            from accelerate.utils import is_peft_model
+
+            if not is_peft_model(self.model) or self._dist.is_fsdp:
+                yield from super()._iter_named_params()
+                return
+            prefixes = ["modules_to_save.default."]
+            with self._dist.gather_params(list(self.model.parameters())):
+                yield from merged_weights(
+                    self.model, lambda name: self._fix_param_name_to_vllm(name, prefixes)
+                )
+
+    return LoraBesideGeneration
+
+
 def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
     """A subclass of TRL's ``VLLMGeneration`` that generates on `engine` instead of building
     an engine in ``_init_vllm``. The colocated generate call, the importance-sampling
@@ -434,7 +464,7 @@ def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
     CPU, where TRL's per-parameter ``load_weights`` changes nothing (vLLM keeps CPU weights
     repacked outside the parameters)."""
 
-    class SharedEngineGeneration(base):  # type: ignore[misc, valid-type]
+    class SharedEngineGeneration(_lora_merged_beside(base)):  # type: ignore[misc]
         def _init_vllm(self) -> None:
             self.llm = engine.llm
             # TRL's generate re-pushes the weights before generating when they sleep
@@ -445,19 +475,6 @@ def _shared_generation_class(base: type, engine: VLLMEngine) -> type:
                 engine.wake_up(["weights"])
                 self._llm_weights_sleeping = False
             engine.load_weights(self._iter_named_params())
-
-        def _iter_named_params(self) -> Iterator[tuple[str, Any]]:
-            # LoRA: merged into new tensors, never into the trained model (TRL merges and
-            # unmerges in place, which in bf16 drifts the base weights at every sync)
-            from accelerate.utils import is_peft_model
-
-            if not is_peft_model(self.model):
-                yield from super()._iter_named_params()
-                return
-            prefixes = ["modules_to_save.default."]
-            yield from merged_weights(
-                self.model, lambda name: self._fix_param_name_to_vllm(name, prefixes)
-            )
 
     return SharedEngineGeneration
 
