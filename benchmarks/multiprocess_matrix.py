@@ -6,7 +6,8 @@
     python benchmarks/multiprocess_matrix.py --out runs/matrix --processes 2
 
 A cell is ``birdrl curriculum --preset smoke`` (all four stages, rank 0 evaluating after
-each) launched in `--processes` processes: ``ddp`` under torchrun (accelerate's own
+each; the vLLM cells on the same tiny model with 32-wide heads, `vllm_model`) launched in
+`--processes` processes: ``ddp`` under torchrun (accelerate's own
 multi-CPU launch needs MPI), a DeepSpeed config under ``accelerate launch`` with its CPU
 variant (`birdrl.training.distributed.cpu_launch_config`). ``fsdp.yaml`` is not a cell yet:
 accelerate takes its FSDP path only on GPU-like devices (tests/test_training_save.py runs
@@ -74,6 +75,17 @@ def last_error(log: str) -> str:
     return (lines[-1] if lines else "").replace("|", "/")[:160]
 
 
+def vllm_model(out: Path) -> Path:
+    """The smoke preset's tiny random model with 32-wide attention heads, built once: vLLM's
+    CPU attention has no kernel for the preset's 16."""
+    from birdrl.training.tiny import build_tiny_model
+
+    folder = out / "tiny-head32"
+    if not (folder / "config.json").is_file():
+        build_tiny_model(folder, head_dim=32)
+    return folder
+
+
 def run_cell(
     config: str, engine: str, mode: str, out: Path, processes: int, timeout_minutes: float
 ) -> Cell:
@@ -81,7 +93,8 @@ def run_cell(
     run_dir = folder / "run"
     command = launch_command(config, processes, folder)
     command += ["-m", "birdrl", "curriculum", "--preset", "smoke", "--out", str(run_dir)]
-    settings = [
+    settings = [f"model={vllm_model(out)}"] if engine == "vllm" else []
+    settings += [
         "evaluation.base_model=false",
         f"generation_engine={engine}",
         f"lora.enabled={'true' if mode == 'lora' else 'false'}",

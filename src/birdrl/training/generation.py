@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -341,6 +342,9 @@ class RunGeneration:
 
         original = grpo_module.VLLMGeneration
         if self.plan.rollouts == "trl-colocate":  # TRL's engine per rank, LoRA merged beside
+            if not use_cuda():  # vLLM's CPU default is a share of the machine's memory per
+                # engine: two ranks' engines took all of it (the next stage's could not start)
+                os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.vllm_kv_cache_gib))
             grpo_module.VLLMGeneration = _lora_merged_beside(original)
             try:
                 yield
