@@ -5,7 +5,8 @@
 #   1. `birdrl eval --agent vllm:MODEL` on held-out tasks;
 #   2. one GRPO step of stage 3 and of stage 4, rollouts on the run's vLLM engine, under a
 #      peak-memory probe (nvidia-smi on a GPU), then the weight-sync check on the device;
-#   3. generation speed, HF against vLLM, on the device.
+#   3. generation speed, HF against vLLM, on the device;
+#   4. with two GPUs: stages 3 and 4 under the shipped zero3.yaml, vLLM per rank.
 #
 #   bash benchmarks/gpu_smoke.sh [MODEL] [OUT]
 #
@@ -98,4 +99,25 @@ echo "   ($((SECONDS - START)) s so far)"
 echo "== 3. generation speed ($ENGINES)"
 python "$HERE/generation_speed.py" --model "$MODEL" --engines "$ENGINES" \
   --tokens "$GEN_TOKENS" --batches "$GEN_BATCHES" --json "$OUT/generation_speed.json"
+# 4. With two GPUs or more: the ZeRO-3 + vLLM cell of the multi-process matrix (the run's
+#    stages 3 and 4 as in step 2, in two processes under the shipped zero3.yaml, TRL's vLLM
+#    engine per rank). On CPUs the cell runs in benchmarks/multiprocess_matrix.py.
+GPUS=$([ "$MODE" = cuda ] && python -c 'import torch; print(torch.cuda.device_count())' || echo 0)
+if [ "$GPUS" -ge 2 ]; then
+  echo "== 4. two GPUs: stages 3 and 4 under zero3.yaml, vLLM per rank"
+  CONFIGS="$(python -c 'from birdrl.training.distributed import accelerate_configs as a; print(a())')"
+  accelerate launch --config_file "$CONFIGS/zero3.yaml" --num_processes 2 -m birdrl curriculum \
+    --preset tiny --stages 3-4 --out "$OUT/run-zero3" "${SETS[@]}" --set dtype=bfloat16 \
+    --set collective_timeout_minutes=15
+  python - "$OUT/run-zero3" <<'PY'
+import json, sys
+from pathlib import Path
+for stage in (3, 4):
+    record = json.loads((Path(sys.argv[1]) / f"stage{stage}" / "record.json").read_text())
+    print(f"zero3 stage {stage}: rollouts {record['generation']['rollouts']}, evaluated")
+PY
+  echo "   ($((SECONDS - START)) s so far)"
+else
+  echo "== 4. skipped: the two-GPU ZeRO-3 + vLLM step needs two GPUs ($GPUS here)"
+fi
 echo "gpu_smoke.sh ($MODE): done in $((SECONDS - START)) s; outputs under $OUT"

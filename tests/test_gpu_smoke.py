@@ -46,6 +46,7 @@ def test_gpu_smoke_runs_its_steps_on_a_cpu(tmp_path: Path) -> None:
     assert "mode: cpu" in result.stdout
     for step in ("== 0.", "== 1.", "== 2.", "== 3."):
         assert step in result.stdout, f"step {step} did not run:\n{result.stdout[-3000:]}"
+    assert "== 4. skipped: the two-GPU ZeRO-3 + vLLM step needs two GPUs (0 here)" in result.stdout
     assert "gpu_smoke.sh (cpu): done" in result.stdout
     episodes = json.loads((out / "eval.json").read_text(encoding="utf-8"))["episodes"]
     assert len(episodes) == 3
