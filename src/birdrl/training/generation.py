@@ -342,24 +342,20 @@ class RunGeneration:
 
         original = grpo_module.VLLMGeneration
         if self.plan.rollouts == "trl-colocate":  # TRL's engine per rank, LoRA merged beside
-            if not use_cuda():  # vLLM's CPU default is a share of the machine's memory per
-                # engine: two ranks' engines took all of it (the next stage's could not start)
+            if not use_cuda():  # else vLLM asks for 30% of the machine minus the process's
+                # size, which a grown process no longer has (stage 4's engine then refuses)
                 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.vllm_kv_cache_gib))
-            grpo_module.VLLMGeneration = _lora_merged_beside(original)
-            try:
-                yield
-            finally:
-                grpo_module.VLLMGeneration = original
-            return
-        if self.plan.rollouts != "vllm":
-            yield
-            return
-        engine = self.vllm
-        if not (self.sleep_mode and engine.built):
-            engine.load(model_path)  # (with sleep mode: built now, no evaluation before)
-        if self.sleep_mode:  # until the first generation syncs the trainer's weights in
-            engine.sleep()
-        grpo_module.VLLMGeneration = _shared_generation_class(original, engine)
+            generation = _lora_merged_beside(original)
+        elif self.plan.rollouts == "vllm":
+            engine = self.vllm
+            if not (self.sleep_mode and engine.built):
+                engine.load(model_path)  # (with sleep mode: built now, no evaluation before)
+            if self.sleep_mode:  # until the first generation syncs the trainer's weights in
+                engine.sleep()
+            generation = _shared_generation_class(original, engine)
+        else:
+            generation = original
+        grpo_module.VLLMGeneration = generation
         try:
             yield
         finally:

@@ -62,15 +62,15 @@ def merged_weights(model: Any, rename: Callable[[str], str]) -> Iterator[tuple[s
 
     adapted = _adapted(model)
     prefix = getattr(model, "prefix", "lora_")
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if prefix in name or "original_module" in name:
-                continue
-            weight = param.data
-            if name in adapted:  # one layer's copy at a time, as PEFT's merge adds it
-                layer, adapters = adapted[name]
+    for name, param in model.named_parameters():
+        if prefix in name or "original_module" in name:
+            continue
+        weight = param.data
+        if name in adapted:  # one layer's copy at a time, as PEFT's merge adds it
+            layer, adapters = adapted[name]
+            with torch.no_grad():  # (not around the yield: the caller keeps its grad mode)
                 weight = weight.clone()
                 for adapter in adapters:
                     weight += layer.get_delta_weight(adapter)
-            base = name.removeprefix("base_model.model.").replace(".base_layer", "")
-            yield rename(base.replace("modules_to_save.default.", "")), weight
+        base = name.removeprefix("base_model.model.").replace(".base_layer", "")
+        yield rename(base.replace("modules_to_save.default.", "")), weight
